@@ -1,0 +1,1 @@
+"""The ``ftlab`` command line: one module per command group, loaded lazily."""

@@ -1,0 +1,36 @@
+"""Shared ``--format table|json|csv`` output for CLI commands that print records."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ftlab.results import to_jsonable
+
+FORMATS = ("table", "json", "csv")
+
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="Output format: an aligned table, a JSON list of records, or CSV.",
+)
+
+
+def emit(records: list[dict], fmt: str, *, float_digits: int = 6) -> None:
+    """Print ``records`` (a list of flat dicts) to stdout in the chosen format."""
+    import pandas as pd
+
+    records = to_jsonable(records)
+    if fmt == "json":
+        click.echo(json.dumps(records, indent=2))
+        return
+    df = pd.DataFrame(records)
+    if fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+        return
+    with pd.option_context("display.max_columns", None, "display.width", 200):
+        click.echo(df.to_string(index=False, float_format=lambda v: f"{v:.{float_digits}g}"))

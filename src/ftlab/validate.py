@@ -1,0 +1,99 @@
+"""Argument checks shared by the whole library.
+
+Every check raises :class:`ValueError` with one line naming the parameter, its value and the
+allowed range, e.g. ``lam=1.5 is out of range: must be in [-1, 1]``. The CLI turns these into a
+one-line message on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = [
+    "check_finite",
+    "check_positive",
+    "check_nonnegative",
+    "check_range",
+    "check_int",
+    "check_choice",
+    "check_probability",
+]
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, np.ndarray):
+        return f"array(shape={value.shape})"
+    return repr(value)
+
+
+def check_finite(name: str, value):
+    """Raise if ``value`` (a scalar or array-like) holds NaN or +-inf; return it unchanged."""
+    if value is None:
+        raise ValueError(f"{name} is None: a finite number is required")
+    if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"{name}={_fmt(value)} is not finite")
+        return value
+    arr = np.asarray(value)
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf)")
+    return value
+
+
+def check_positive(name: str, value) -> float:
+    """Require a finite number > 0."""
+    check_finite(name, value)
+    if not value > 0:
+        raise ValueError(f"{name}={_fmt(value)} is out of range: must be > 0")
+    return value
+
+
+def check_nonnegative(name: str, value) -> float:
+    """Require a finite number >= 0."""
+    check_finite(name, value)
+    if not value >= 0:
+        raise ValueError(f"{name}={_fmt(value)} is out of range: must be >= 0")
+    return value
+
+
+def check_range(name: str, value, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False):
+    """Require ``lo <= value <= hi`` (open ends on request) and finiteness."""
+    check_finite(name, value)
+    ok_lo = value > lo if lo_open else value >= lo
+    ok_hi = value < hi if hi_open else value <= hi
+    if not (ok_lo and ok_hi):
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise ValueError(f"{name}={_fmt(value)} is out of range: must be in {left}{lo:g}, {hi:g}{right}")
+    return value
+
+
+def check_probability(name: str, value) -> float:
+    """Require a probability in [0, 1]."""
+    return check_range(name, value, 0.0, 1.0)
+
+
+def check_int(name: str, value, minimum: int = 0) -> int:
+    """Require an integer (not bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name}={_fmt(value)} is invalid: must be an integer >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"{name}={value} is out of range: must be an integer >= {minimum}")
+    return int(value)
+
+
+def check_choice(name: str, value, choices: Iterable):
+    """Require ``value`` to be one of ``choices``."""
+    choices = list(choices)
+    if value not in choices:
+        raise ValueError(f"{name}={_fmt(value)} is invalid: must be one of {', '.join(map(str, choices))}")
+    return value
