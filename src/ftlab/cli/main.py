@@ -28,21 +28,30 @@ COMMANDS = {
 
 
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
+    """A click group whose subcommands are imported on first use.
+
+    ``lazy_commands`` maps a command name to ``("module:attribute", short help)``.
+    """
+
+    def __init__(self, *args, lazy_commands: dict[str, tuple[str, str]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands if lazy_commands is not None else COMMANDS
 
     def list_commands(self, ctx):
-        return sorted(COMMANDS)
+        return sorted(set(self.lazy_commands) | set(self.commands))
 
     def get_command(self, ctx, name):
-        if name not in COMMANDS:
+        if name in self.commands:
+            return self.commands[name]
+        if name not in self.lazy_commands:
             return None
-        target, _ = COMMANDS[name]
-        mod, attr = target.split(":")
+        mod, attr = self.lazy_commands[name][0].split(":")
         return getattr(importlib.import_module(mod), attr)
 
     def format_commands(self, ctx, formatter):
-        # Short help from the table above, without importing every group.
-        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        # Short help from the table, without importing every module.
+        rows = [(n, self.lazy_commands[n][1] if n in self.lazy_commands else self.commands[n].get_short_help_str())
+                for n in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

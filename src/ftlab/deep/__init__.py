@@ -1,0 +1,1 @@
+"""Initialization-scale interventions and representation geometry on deep networks."""

@@ -1,0 +1,1 @@
+"""Small models written in plain torch (no torchvision/timm): ResNet, ViT, Transformer."""
