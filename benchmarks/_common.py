@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmark scripts: timing, machine description, docs/benchmarks.md sections.
+
+Each benchmark owns one section of ``docs/benchmarks.md`` between ``<!-- BEGIN name -->`` and
+``<!-- END name -->`` markers and rewrites only that section, so scripts can run in any order.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    """One line describing where the numbers were measured."""
+    import numpy as np
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        import torch
+
+        tv = f", torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    except ImportError:
+        tv = ""
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}{tv}"
+
+
+def timeit(fn, *, repeat: int = 3, number: int = 1) -> float:
+    """Best wall time (s) of ``number`` calls of ``fn`` over ``repeat`` repetitions."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best
+
+
+def write_section(name: str, markdown: str) -> Path:
+    """Replace (or append) the section ``name`` of docs/benchmarks.md with ``markdown``."""
+    from ftlab.results import atomic_write_text
+
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    block = f"{begin}\n{markdown.strip()}\n\n*Measured {time.strftime('%Y-%m-%d')} on: {machine()}.*\n{end}"
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    return atomic_write_text(DOC, text)
