@@ -25,6 +25,8 @@ equals ``-lam * c`` here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ftlab.validate import check_finite, check_nonnegative, check_positive, check_range
@@ -37,6 +39,10 @@ __all__ = [
     "Q_k",
     "k_from_pt",
     "c_ft_from_pt",
+    "InterpolatorResult",
+    "solve_implicit_bias",
+    "min_l1_interpolator",
+    "min_l2_interpolator",
 ]
 
 
@@ -127,3 +133,132 @@ def k_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
     At ``lam = -1, gamma = 0`` every ``k_d`` is 0 (pure l1 limit); solvers need ``k > 0``.
     """
     return (2.0 * c_ft_from_pt(beta_pt, c=c, lam=lam, gamma=gamma)) ** 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Interpolators: the implicit-bias argmin and its l1 / l2 limits
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InterpolatorResult:
+    """An interpolator ``beta`` (D,) of ``X beta = y``.
+
+    nu : dual variables (N,) for :func:`solve_implicit_bias` (``beta_d = (sqrt(k_d)/2) sinh(2 (X^T nu)_d)``),
+    None for the l1/l2 interpolators. residual : ``||X beta - y|| / max(||y||, 1e-300)`` (relative).
+    """
+
+    beta: np.ndarray
+    converged: bool
+    n_iter: int
+    residual: float
+    nu: np.ndarray | None = None
+
+
+def _check_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X must be (n_samples, n_features) and y (n_samples,), got X{X.shape}, y{y.shape}")
+    check_finite("X", X)
+    check_finite("y", y)
+    return X, y
+
+
+def _rel_residual(X, beta, y) -> float:
+    return float(np.linalg.norm(X @ beta - y) / max(np.linalg.norm(y), 1e-300))
+
+
+def _dual_potential(u: np.ndarray, sqrt_k: np.ndarray) -> float:
+    """``sum_d (sqrt(k_d)/2) sinh(u_d)^2`` (convex conjugate of q_k at u), overflow-safe."""
+    a = np.abs(u)
+    small = a <= 20.0
+    out = np.empty_like(a)
+    out[small] = 0.5 * sqrt_k[small] * np.sinh(a[small]) ** 2
+    ab = a[~small]
+    with np.errstate(over="ignore"):
+        out[~small] = np.exp(np.log(0.5 * sqrt_k[~small]) + 2.0 * (ab - np.log(2.0)) + 2.0 * np.log1p(-np.exp(-2.0 * ab)))
+    return float(np.sum(out))
+
+
+def _solve_spd(H: np.ndarray, g: np.ndarray) -> np.ndarray:
+    import scipy.linalg as sla
+
+    try:
+        return sla.cho_solve(sla.cho_factor(H, lower=True, check_finite=False), g, check_finite=False)
+    except np.linalg.LinAlgError:
+        jitter = 1e-14 * np.trace(H) / H.shape[0]
+        return sla.solve(H + jitter * np.eye(H.shape[0]), g, assume_a="sym", check_finite=False)
+
+
+def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max_du: float = 1.0,
+                        nu0=None) -> InterpolatorResult:
+    """Exact ``argmin_beta Q_k(beta)`` subject to ``X beta = y`` by damped Newton on the dual.
+
+    The minimizer has the form ``beta_d = (sqrt(k_d)/2) sinh(2 u_d)``, ``u = X^T nu``, where ``nu``
+    (N,) minimizes the smooth convex dual ``F(nu) = sum_d (sqrt(k_d)/2) sinh(u_d)^2 - nu . y``
+    (gradient ``X beta - y``, Hessian ``X diag(sqrt(k + 4 beta^2)) X^T``). Each Newton step is
+    capped so that ``max |du| <= max_du`` (the dual is exponential: this bounds the number of steps
+    by about ``max_d |u_d*| / max_du`` even for tiny k) and then Armijo-backtracked.
+
+    X : (N, D) with full row rank (N <= D for an interpolation problem); y : (N,);
+    k : (D,) or scalar, > 0 (``k = 1e-20`` works). tol : relative residual ``||X beta - y||/||y||``.
+    Cost per step: O(N^2 D) to form the Hessian plus O(N^3) for its Cholesky factor.
+    """
+    X, y = _check_xy(X, y)
+    k = np.broadcast_to(_k_array(k), (X.shape[1],))
+    check_positive("tol", tol)
+    sqrt_k = np.sqrt(k)
+    nu = np.zeros(X.shape[0]) if nu0 is None else np.array(nu0, dtype=np.float64)
+    ynorm = max(np.linalg.norm(y), 1e-300)
+
+    def state(nu_):
+        u_ = X.T @ nu_
+        return q_k_prime_inv(u_, k), _dual_potential(u_, sqrt_k) - nu_ @ y
+
+    beta, F = state(nu)
+    it = 0
+    res = float(np.linalg.norm(X @ beta - y) / ynorm)
+    while res > tol and it < max_iter:
+        it += 1
+        grad = X @ beta - y
+        h = np.hypot(sqrt_k, 2.0 * beta)
+        step = -_solve_spd((X * h) @ X.T, grad)
+        du = X.T @ step
+        s = min(1.0, max_du / max(np.max(np.abs(du)), 1e-300))
+        slope = grad @ step
+        for _ in range(60):
+            cand = nu + s * step
+            beta_c, F_c = state(cand)
+            res_c = float(np.linalg.norm(X @ beta_c - y) / ynorm)
+            if np.isfinite(F_c) and (F_c <= F + 1e-4 * s * slope or res_c < 0.5 * res):
+                break
+            s *= 0.5
+        else:
+            break
+        nu, beta, F, res = cand, beta_c, F_c, res_c
+    return InterpolatorResult(beta=beta, converged=bool(res <= tol), n_iter=it, residual=res, nu=nu)
+
+
+def min_l1_interpolator(X, y) -> InterpolatorResult:
+    """``argmin ||beta||_1`` s.t. ``X beta = y`` (basis pursuit) by a linear program (scipy HiGHS).
+
+    The k -> 0 limit of :func:`solve_implicit_bias` (Woodworth et al. 2020's rich regime).
+    """
+    from scipy.optimize import linprog
+
+    X, y = _check_xy(X, y)
+    n, d = X.shape
+    res = linprog(np.ones(2 * d), A_eq=np.hstack([X, -X]), b_eq=y, bounds=(0, None), method="highs")
+    if res.x is None:
+        return InterpolatorResult(beta=np.full(d, np.nan), converged=False, n_iter=int(res.nit), residual=float("inf"))
+    beta = res.x[:d] - res.x[d:]
+    return InterpolatorResult(beta=beta, converged=bool(res.status == 0), n_iter=int(res.nit),
+                              residual=_rel_residual(X, beta, y))
+
+
+def min_l2_interpolator(X, y) -> InterpolatorResult:
+    """``argmin ||beta||_2`` s.t. ``X beta = y`` (``X^+ y``); the k -> infinity limit (lazy regime)."""
+    X, y = _check_xy(X, y)
+    beta = np.linalg.lstsq(X, y, rcond=None)[0]
+    return InterpolatorResult(beta=beta, converged=True, n_iter=1, residual=_rel_residual(X, beta, y))
