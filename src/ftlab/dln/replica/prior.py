@@ -1,0 +1,199 @@
+"""Joint law of ``(beta*_FT, k)`` for the replica equations (spec §2.2, §2.3, §5.4, §5.5).
+
+Each coordinate belongs to one of four groups (:meth:`TaskSpec.group_probabilities`): *shared*
+(PT- and FT-active), *new* (FT-active only), *pt_only*, *none*. FT values are N(0, 1/rho_FT) on
+FT-active coordinates, independent of PT values. The FT geometry is ``k_d = K(|beta_PT,d|)``
+(Theorem 4.1, :func:`ftlab.dln.bias.k_from_pt`), where ``beta_PT`` is
+
+* the PT teacher itself (*oracle PT*, ``alpha_pt=None``; the authors' "infinite-PT" construction):
+  ``a_pt`` on PT-active coordinates (``pt_magnitude="fixed"``) or N(0, a_pt^2/rho_pt)
+  (``"gaussian"``: an extra quadrature dimension over ``beta_PT``);
+* or the PT *estimate* after imperfect pretraining (``alpha_pt`` given; spec §2.3): the single-task
+  scalar channel ``beta_hat_PT = eta(beta*_PT + sqrt(theta0_PT) Z'; theta_PT, 4 c^2)`` with
+  ``(theta0_PT, theta_PT)`` the PT fixed point at ``alpha_pt`` and PT noise ``pt_noise``. Then every
+  group (PT-inactive ones too: the PT estimate is nonzero there) gets a distribution of ``k``,
+  integrated over ``z_PT ~ N(mu_PT, v_PT + theta0_PT)`` with the same normal rule.
+
+``alpha_pt >= 1`` with ``pt_noise = 0`` is the oracle; with noise, the PT interpolator is ordinary least
+squares, ``beta_hat_PT = beta*_PT + sqrt(pt_noise^2/(alpha_pt-1)) Z'`` (the ``lambda_reg -> 0`` limit;
+the authors' code uses a heuristic bypass instead [U]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ftlab.dln.replica.expect import Mixture, QuadratureExpectation, normal_rule
+from ftlab.dln.replica.scalar import prox_qk
+from ftlab.dln.replica.solver import FixedPoint, solve_point
+from ftlab.validate import check_nonnegative, check_positive, check_range
+
+__all__ = ["k_from_pt", "PTChannel", "pt_channel", "ft_prior", "single_task_prior", "sample_prior_mc", "GROUPS"]
+
+GROUPS = ("shared", "new", "pt_only", "none")
+
+
+def k_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
+    """``k = (2 c (1+lam)(1 + sqrt(1 + (beta_PT/c)^2)) + gamma^2)^2`` (Theorem 4.1 of arXiv 2602.20062).
+
+    Written as ``2 (1+lam)(c + hypot(c, beta_PT))`` to stay finite for ``|beta_PT| >> c``.
+    """
+    try:  # the engine's definition when available (same formula)
+        from ftlab.dln.bias import k_from_pt as _k
+
+        return np.asarray(_k(np.asarray(beta_pt, dtype=float), c=c, lam=lam, gamma=gamma), dtype=float)
+    except ImportError:  # pragma: no cover - the engine is part of the same distribution
+        b = np.abs(np.asarray(beta_pt, dtype=float))
+        return (2.0 * (1.0 + lam) * (c + np.hypot(c, b)) + gamma**2) ** 2
+
+
+def check_scales(*, c: float, lam: float, gamma: float) -> None:
+    """Validate the initialization scales; ``lam = -1, gamma = 0`` is the k = 0 (pure l1) limit."""
+    check_positive("c", c)
+    check_range("lam", lam, -1.0, 1.0)
+    check_nonnegative("gamma", gamma)
+    if lam == -1.0 and gamma == 0.0:
+        raise ValueError("lam=-1.0 with gamma=0 gives k=0 (the pure l1 limit): use lam > -1 or gamma > 0")
+
+
+@dataclass(frozen=True)
+class PTChannel:
+    """How the PT estimate is distributed in the PT-active and PT-inactive coordinates.
+
+    active, inactive : ``(values, weights)`` of ``|beta_PT|`` (weights sum to 1).
+    fixed_point : the PT replica solution (``None`` for oracle PT).
+    """
+
+    active: tuple[np.ndarray, np.ndarray]
+    inactive: tuple[np.ndarray, np.ndarray]
+    fixed_point: FixedPoint | None
+
+
+def _fold(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A symmetric rule folded onto ``|x|`` (only |beta_PT| enters k): half the nodes, same integrals."""
+    pos = x > 0
+    ww = np.where(pos, 2.0 * w, np.where(x == 0, w, 0.0))
+    keep = x >= 0
+    return x[keep], ww[keep]
+
+
+def _pt_teacher_component(spec) -> tuple[float, float]:
+    """(mean, variance) of beta*_PT on PT-active coordinates."""
+    if spec.pt_magnitude == "fixed":
+        return float(spec.a_pt), 0.0
+    return 0.0, float(spec.a_pt) ** 2 / spec.rho_pt
+
+
+def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 61, kind: str = "hermite") -> PTChannel:
+    """Distribution of ``|beta_PT|`` entering ``k`` (oracle or imperfect PT, see module doc)."""
+    mu_a, v_a = _pt_teacher_component(spec)
+    x, w = normal_rule(n_nodes, kind)
+    pt_noise = float(getattr(spec, "pt_noise", 0.0))
+    if alpha_pt is not None:
+        check_positive("alpha_pt", alpha_pt)
+    oracle = alpha_pt is None or (alpha_pt >= 1.0 and pt_noise == 0.0)
+    if oracle:
+        active = (np.array([mu_a]), np.array([1.0])) if v_a == 0 else _fold(np.sqrt(v_a) * x, w)
+        return PTChannel(active, (np.array([0.0]), np.array([1.0])), None)
+    if alpha_pt >= 1.0:
+        if alpha_pt == 1.0:
+            raise ValueError("alpha_pt=1.0 with pt_noise > 0: the PT interpolator's error is infinite")
+        theta0, theta = pt_noise**2 / (alpha_pt - 1.0), 0.0
+        fp = FixedPoint(alpha_pt, theta0, theta0, 0.0, True, 0, 0.0, "determined")
+    else:
+        if spec.rho_pt <= 0:
+            raise ValueError("rho_pt=0 with imperfect pretraining: there is nothing to pretrain")
+        pt_mix = Mixture(
+            p=np.array([spec.rho_pt, 1.0 - spec.rho_pt]),
+            mu=np.array([mu_a, 0.0]),
+            v=np.array([v_a, 0.0]),
+            k=np.full(2, 4.0 * c**2),
+        ).compact()
+        fp = solve_point(QuadratureExpectation(pt_mix), alpha=alpha_pt, noise=pt_noise)
+        if not fp.converged:
+            raise ValueError(
+                f"the PT replica equations did not converge at alpha_pt={alpha_pt!r} (residual {fp.residual:.1e})")
+        theta0, theta = fp.theta0, fp.theta
+    k_pt = 4.0 * c**2
+
+    def estimate(mu, v):
+        xs, ws = _fold(x, w) if mu == 0 else (x, w)
+        z = mu + np.sqrt(v + theta0) * xs
+        vals = np.abs(prox_qk(z, theta, k_pt)) if theta > 0 else np.abs(z)
+        return vals, ws
+
+    return PTChannel(estimate(mu_a, v_a), estimate(0.0, 0.0), fp)
+
+
+def ft_prior(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None = None,
+             n_pt_nodes: int = 61, pt_kind: str = "hermite") -> tuple[Mixture, PTChannel]:
+    """The four-group prior of ``(beta*_FT, k)`` for a PT -> FT task (see module doc).
+
+    spec : :class:`ftlab.dln.tasks.TaskSpec`. c, lam, gamma : initialization scales (c > 0,
+    lam in [-1, 1], gamma >= 0). alpha_pt : PT sample ratio (``None`` = oracle PT).
+    Returns the mixture and the PT channel used.
+    """
+    check_scales(c=c, lam=lam, gamma=gamma)
+    ch = pt_channel(spec, c=c, alpha_pt=alpha_pt, n_nodes=n_pt_nodes, kind=pt_kind)
+    probs = spec.group_probabilities()
+    probs = probs / probs.sum()
+    v_ft = 1.0 / spec.rho_ft if spec.rho_ft > 0 else 0.0
+    p, mu, v, k, labels = [], [], [], [], []
+    for g, name in enumerate(GROUPS):
+        pt_active = name in ("shared", "pt_only")
+        ft_active = name in ("shared", "new")
+        vals, wts = ch.active if pt_active else ch.inactive
+        kk = k_from_pt(vals, c=c, lam=lam, gamma=gamma)
+        p.append(probs[g] * wts)
+        mu.append(np.zeros_like(vals))
+        v.append(np.full_like(vals, v_ft if ft_active else 0.0))
+        k.append(kk)
+        labels += [name] * len(vals)
+    mix = Mixture(np.concatenate(p), np.concatenate(mu), np.concatenate(v), np.concatenate(k), tuple(labels))
+    return mix.compact(), ch
+
+
+def single_task_prior(*, rho: float, c: float, a: float | None = None) -> Mixture:
+    """Training from scratch (spec §5.4): ``k = 4 c^2``; beta* Bernoulli(rho)-Gaussian with variance 1/rho.
+
+    ``a`` (optional): a fixed magnitude ``a`` on the support instead of the Gaussian slab.
+    The relative scale lambda does not enter: single-task gradient flow from the symmetric init has
+    ``k = 4 c^2`` for every lambda (spec §1.2).
+    """
+    check_range("rho", rho, 0.0, 1.0, lo_open=True)
+    check_positive("c", c)
+    mu, v = (0.0, 1.0 / rho) if a is None else (float(a), 0.0)
+    return Mixture(np.array([rho, 1.0 - rho]), np.array([mu, 0.0]), np.array([v, 0.0]), np.full(2, 4.0 * c**2),
+                   ("active", "inactive")).compact()
+
+
+def sample_prior_mc(spec, *, c: float, lam: float, gamma: float, mc: int, seed: int,
+                    alpha_pt: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Monte-Carlo draw of ``(beta*_FT, k, xi)`` reproducing the authors' sampler (spec §5.5, §10.5).
+
+    ``rng = default_rng(seed)``; groups ``rng.choice(4, size=mc, p)``; normals (sd ``1/sqrt(rho_FT)``)
+    for the FT-active entries in order; then ``mc`` standard normals ``xi``. Extra draws needed by
+    options the authors' oracle sampler lacks (Gaussian PT magnitudes, imperfect PT) come after.
+    """
+    check_scales(c=c, lam=lam, gamma=gamma)
+    if int(mc) < 1:
+        raise ValueError(f"mc={mc!r} is out of range: must be >= 1")
+    rng = np.random.default_rng(seed)
+    probs = spec.group_probabilities()
+    groups = rng.choice(4, size=int(mc), p=probs / probs.sum())
+    ft_active = groups <= 1
+    beta = np.zeros(int(mc))
+    beta[ft_active] = rng.normal(0.0, np.sqrt(1.0 / spec.rho_ft), size=int(ft_active.sum()))
+    xi = rng.standard_normal(int(mc))
+    pt_active = (groups == 0) | (groups == 2)
+    mu_a, v_a = _pt_teacher_component(spec)
+    beta_pt = np.zeros(int(mc))
+    beta_pt[pt_active] = mu_a if v_a == 0 else rng.normal(0.0, np.sqrt(v_a), size=int(pt_active.sum()))
+    ch = pt_channel(spec, c=c, alpha_pt=alpha_pt, n_nodes=3)
+    if ch.fixed_point is not None:
+        fp = ch.fixed_point
+        zpt = beta_pt + np.sqrt(fp.theta0) * rng.standard_normal(int(mc))
+        beta_pt = prox_qk(zpt, fp.theta, 4.0 * c**2) if fp.theta > 0 else zpt
+    return beta, k_from_pt(np.abs(beta_pt), c=c, lam=lam, gamma=gamma), xi
