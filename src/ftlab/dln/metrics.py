@@ -50,9 +50,11 @@ def l_order_of_t(t) -> np.ndarray:
     Evaluated as ``asinh t / (asinh t - t/(1 + sqrt(1+t^2)))`` (no cancellation).
     """
     t = np.abs(np.asarray(t, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        inv = np.where(t > 0, 1.0 / np.where(t > 0, t, 1.0), np.inf)
-        frac = 1.0 / (inv + np.hypot(inv, 1.0))  # = t / (1 + sqrt(1 + t^2)), stable for large t
+    big = t > 1.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = 1.0 / np.where(big, t, 1.0)
+        # t / (1 + sqrt(1 + t^2)), written so that neither huge nor tiny t loses precision
+        frac = np.where(big, 1.0 / (inv + np.hypot(inv, 1.0)), t / (1.0 + np.hypot(1.0, t)))
         ash = np.arcsinh(t)
         out = ash / (ash - frac)
     out = np.where(t == 0, 2.0, out)
