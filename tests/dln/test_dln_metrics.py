@@ -61,8 +61,8 @@ def test_corner_values_of_the_four_regimes():
 
 def test_limits_of_l_and_lambda_independence_of_the_ratio():
     assert l_order(0.0, 1.0, c=1.0, lam=0.0, gamma=0.0) == 2.0
-    t = np.array([1e-300, 1e-8, 1e-3])  # l = 2 - t^2/2 + O(t^4) for small t, also for subnormal-scale t
-    np.testing.assert_allclose(l_order_of_t(t), 2 - t**2 / 2, rtol=1e-12)
+    t = np.array([1e-300, 1e-8, 1e-3])  # l = 2 - t^2/6 + O(t^4) for small t, also for subnormal-scale t
+    np.testing.assert_allclose(l_order_of_t(t), 2 - t**2 / 6, rtol=1e-12)
     # at beta_PT = 0, c = 0.25, lam = 0: sqrt(k) = 4 c (1 + lam) = 1, so t = 2 |beta_FT|; l ~ 1 + 1/(ln 2t - 1)
     for t in (1e6, 1e12):
         val = l_order(t / 2, 0.0, c=0.25, lam=0.0, gamma=0.0)
