@@ -1,0 +1,227 @@
+"""``transfer(...)``: carry a task vector from source base A to target base B without training.
+
+Steps (BiCo, Son et al. 2026, arXiv:2605.28444; pseudocode in ``spec/bico.md`` sec. 3.11):
+
+1. ``tau_A = theta_A^ft - theta_A^pre`` (strict: same names and shapes).
+2. Transport specs of A and B (:func:`~ftlab.transfer.spec.infer_spec`) and the depth map
+   (:mod:`~ftlab.transfer.layer_map`), pairing every target capture point with a source point.
+3. One forward-backward pass of both frozen *base* models over the calibration batches,
+   streaming row statistics into float64 cross-covariances (:mod:`~ftlab.transfer.calibrate`).
+4. The method fits its maps (``prepare``) and maps ``tau_A`` onto B's parameters (``apply``).
+
+The models are never modified (training flags and ``requires_grad`` are restored).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import resource
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ftlab.transfer.align import SEQ_ALIGN, MapFit
+from ftlab.transfer.calibrate import _first, collect_maps_stats, collect_target_grads, layer_cka_scores, paired_batches
+from ftlab.transfer.layer_map import DEPTH_RULES, LayerMap, build_layer_map, find_stacks
+from ftlab.transfer.methods import get_method
+from ftlab.transfer.problem import TransferProblem
+from ftlab.transfer.spec import DEFAULT_ZERO, infer_spec
+from ftlab.transfer.task_vector import TaskVector
+from ftlab.validate import check_choice, check_int
+
+__all__ = ["TransferResult", "fit_transfer", "transfer"]
+
+log = logging.getLogger(__name__)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """The target task vector and how it was obtained.
+
+    ``fits[target_point] = (fit_in, fit_out)`` (:class:`~ftlab.transfer.align.MapFit` or None),
+    ``pairs[target_point] = source_point``; ``layer_map`` per stack; ``time_s`` wall time;
+    ``peak_rss_mb`` the process's peak resident memory so far (``getrusage``).
+    """
+
+    task_vector: TaskVector
+    method: str
+    options: dict
+    layer_map: dict
+    pairs: dict = field(default_factory=dict)
+    fits: dict = field(default_factory=dict)
+    n_batches: int = 0
+    time_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    source_norms: dict = field(default_factory=dict)
+
+    def layers(self) -> list[dict]:
+        """One record per target capture point: map shapes, CKA, alignment residuals, delta norms."""
+        rows = []
+        tv = self.task_vector
+        for tp, sp in self.pairs.items():
+            rec: dict = {"target": tp, "source": sp}
+            for side, fit in zip(("in", "out"), self.fits.get(tp, (None, None))):
+                if isinstance(fit, MapFit):
+                    rec.update({f"{side}_map": list(fit.R.shape), f"{side}_source": fit.source, f"{side}_rows": fit.n_rows,
+                                f"{side}_rank": fit.rank, f"{side}_cka": fit.cka,
+                                f"{side}_residual_naive": fit.residual_naive, f"{side}_residual_fit": fit.residual})
+            params = [k for k in tv if k.startswith(tp + ".") and "." not in k[len(tp) + 1:]]
+            rec["target_norm"] = sum(tv.norms()[k] ** 2 for k in params) ** 0.5 if params else 0.0
+            rows.append(rec)
+        return rows
+
+    def report(self) -> dict:
+        """A JSON-ready summary (the CLI writes it)."""
+        return {"method": self.method, "options": self.options, "layer_map": self.layer_map, "n_batches": self.n_batches,
+                "time_s": self.time_s, "peak_rss_mb": self.peak_rss_mb, "source_norm": self.source_norms.get("total"),
+                "target_norm": self.task_vector.norm(), "layers": self.layers(),
+                "parameters": [{"name": k, "shape": list(v.shape), "norm": float(v.double().norm())}
+                               for k, v in self.task_vector.items()]}
+
+
+def _method_with_options(method: str, options: dict):
+    try:
+        return get_method(method, **options)
+    except TypeError as exc:
+        raise ValueError(f"invalid option for method {method!r}: {exc}") from None
+
+
+def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
+                 batches: Iterable | None = None, loss: Callable | None = None, *, method: str = "bico",
+                 depth_map: str = "nearest_relative", source_batches: Iterable | None = None,
+                 target_batches: Iterable | None = None, seq_align: str = "identity", n_prefix: int | None = None,
+                 padding_mask="auto", seq_first: bool = False, zero_params: Iterable[str] = DEFAULT_ZERO,
+                 source_overrides: Mapping | None = None, target_overrides: Mapping | None = None,
+                 diagnostics: bool = False, batch_dtype: torch.dtype = torch.float64, cka_batches: int = 4,
+                 **method_options) -> TransferResult:
+    """Like :func:`transfer`, but returns a :class:`TransferResult` with per-layer diagnostics.
+
+    ``diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment residuals
+    are reported (more memory and time).
+    """
+    t0 = time.perf_counter()
+    check_choice("depth_map", depth_map, DEPTH_RULES)
+    check_choice("seq_align", seq_align, SEQ_ALIGN)
+    check_int("cka_batches", cka_batches, 1)
+    for name, m in (("source_base", source_base), ("source_finetuned", source_finetuned), ("target_base", target_base)):
+        if not isinstance(m, nn.Module):
+            raise ValueError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
+    if loss is not None and len(inspect.signature(loss).parameters) < 2:
+        raise ValueError("loss must be a function loss(model, batch) -> scalar tensor")
+    tau_a = TaskVector.from_models(source_base, source_finetuned)
+    bad = [k for k, v in tau_a.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the source task vector is not finite at {bad[0]!r}")
+    m = _method_with_options(method, method_options)
+    target_shapes = {k: tuple(p.shape) for k, p in target_base.named_parameters()}
+    cka = None
+    if depth_map == "cka":
+        if loss is None:
+            raise ValueError("depth_map='cka' needs calibration batches and a loss")
+        for b in (batches, source_batches, target_batches):
+            if b is not None and iter(b) is b:
+                raise ValueError("depth_map='cka' needs re-iterable batches (a list or a DataLoader), "
+                                 "not a one-shot iterator")
+        pairs_iter, _ = paired_batches(batches, source_batches, target_batches)
+        head, _ = _first(pairs_iter, cka_batches)
+        stacks = [p for p in find_stacks(target_base) if p in find_stacks(source_base)]
+        cka = layer_cka_scores(source_base, target_base, stacks, head, loss)
+    lmap: LayerMap = build_layer_map(source_base, target_base, depth_map, cka_scores=cka)
+    stats = None
+    pairs: dict[str, str] = {}
+    n_batches = 0
+    if m.calibration == "maps":
+        if loss is None:
+            raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
+        spec_a = infer_spec(source_base, zero_params=zero_params, overrides=source_overrides)
+        spec_b = infer_spec(target_base, zero_params=zero_params, overrides=target_overrides)
+        for tp in spec_b.used_points():
+            sp = lmap.source_name(tp)
+            if sp is None:
+                continue
+            if sp not in spec_a.points:
+                raise ValueError(f"target layer {tp!r} has no counterpart {sp!r} in the source model: "
+                                 "the architectures do not correspond")
+            if spec_a.points[sp].kind != spec_b.points[tp].kind:
+                raise ValueError(f"target layer {tp!r} ({spec_b.points[tp].kind}) and source layer {sp!r} "
+                                 f"({spec_a.points[sp].kind}) are of different kinds")
+            pairs[tp] = sp
+        problem = TransferProblem(lmap, target_shapes, spec_a, spec_b, pairs)
+        reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
+        pairs_iter, total = paired_batches(batches, source_batches, target_batches)
+        stats, n_batches = collect_maps_stats(
+            source_base, target_base, pairs=pairs, source_spec=spec_a, target_spec=spec_b, requirements=reqs,
+            pairs_iter=pairs_iter, total=total, loss=loss, seq_align=seq_align, n_prefix=n_prefix,
+            padding_mask=padding_mask, seq_first=seq_first, second=diagnostics or m.needs_second_moments,
+            batch_dtype=batch_dtype)
+    elif m.calibration == "target_grads":
+        if loss is None:
+            raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
+        tb = target_batches if target_batches is not None else batches
+        if tb is None:
+            raise ValueError("batches is None: the method needs calibration batches")
+        problem = TransferProblem(lmap, target_shapes)
+        stats = collect_target_grads(target_base, tb, loss, total=len(tb) if hasattr(tb, "__len__") else None)
+        n_batches = stats["n_batches"]
+    else:
+        problem = TransferProblem(lmap, target_shapes)
+    m.prepare(problem, stats)
+    tau_b = m.apply(tau_a)
+    fits = dict(getattr(m, "fits", {}))
+    options = {"depth_map": depth_map, "seq_align": seq_align, "n_prefix": n_prefix, "seq_first": seq_first,
+               "zero_params": list(zero_params), "diagnostics": diagnostics, "batch_dtype": str(batch_dtype),
+               **{k: v for k, v in method_options.items() if isinstance(v, (int, float, str, bool, type(None)))}}
+    return TransferResult(task_vector=tau_b, method=method, options=options, layer_map=lmap.as_dict(), pairs=pairs,
+                          fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
+                          source_norms={"total": tau_a.norm()})
+
+
+def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
+             batches: Iterable | None = None, loss: Callable | None = None, *, method: str = "bico",
+             depth_map: str = "nearest_relative", **options) -> TaskVector:
+    """The target's task vector ``tau_B``, transported from ``tau_A = source_finetuned - source_base``.
+
+    Parameters
+    ----------
+    source_base, source_finetuned, target_base:
+        Three ``nn.Module`` s (not modified). ``source_finetuned`` must have ``source_base``'s
+        names and shapes.
+    batches:
+        Iterable of calibration batches, each fed to both base models (``loss(model, batch)``).
+        Give ``source_batches``/``target_batches`` instead when A and B need different
+        preprocessing (zipped pairwise; the same samples, in the same order).
+    loss:
+        ``loss(model, batch) -> scalar tensor``; gradients are taken at the *base* models.
+    method:
+        A short name from :func:`~ftlab.transfer.list_methods`: ``bico`` (default),
+        ``activation_only``, ``gradient_only``, ``naive``, ``identity``, ``gradfix``.
+    depth_map:
+        ``nearest_relative`` (default), ``proportional``, ``prefix`` or ``cka``.
+    options:
+        ``seq_align`` (``identity`` | ``interpolate`` | ``interpolate2d`` | ``mean`` | ``cls``),
+        ``n_prefix``, ``padding_mask`` (``"auto"`` = ``batch["attention_mask"]``, a key, a
+        callable or None), ``seq_first``, ``zero_params``, ``source_overrides``/``target_overrides``
+        (hand-written rules), ``diagnostics``, ``batch_dtype``, ``cka_batches``; method options
+        ``in_map``/``out_map``, ``center``, ``whiten_p``, ``eps``, ``depth_scale`` (Procrustes
+        methods), ``naive_mode`` (naive), ``vote``/``mode`` (gradfix).
+
+    Returns
+    -------
+    TaskVector
+        Keyed by the target's parameter names; apply with ``tau_B.apply(target_base, alpha)``.
+
+    Examples
+    --------
+    >>> tau_b = transfer(vit_b16, vit_b16_ft, vit_b16_plus, loader, clip_ce_loss)   # doctest: +SKIP
+    >>> model = tau_b.apply(vit_b16_plus, alpha=1.0)
+    """
+    return fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=method,
+                        depth_map=depth_map, **options).task_vector

@@ -1,0 +1,127 @@
+"""Baselines that need no Procrustes maps: naive pad/truncate, identity, GradFix.
+
+* ``naive``: the raw source task vector on the target; when shapes differ, each tensor is
+  zero-padded or truncated to its leading block (``naive_mode="pad_truncate"``) or dropped
+  (``naive_mode="zero"``). The paper's exact definition is unconfirmed [U].
+* ``identity``: the raw task vector; every target parameter must have the source's shape.
+* ``gradfix`` (Rinaldi et al., "GradFix", arXiv:2510.09658, ICLR 2026): gradients of the target
+  loss at the target base decide a sign ``s`` per coordinate; ``vote="mean"`` uses
+  ``sign(-sum of gradients)``, ``vote="max"`` the majority of per-*batch* signs (the original
+  votes per image; here one vote per calibration batch [U]). ``mode="normal"`` keeps
+  ``tau_A`` where ``sign(tau_A) == s``; ``mode="force"`` uses ``|tau_A| * s``. Same shapes only.
+
+All of them follow the depth map (a target layer without a source layer gets zeros).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ftlab.transfer.methods import register
+from ftlab.transfer.problem import TransferProblem
+from ftlab.transfer.task_vector import TaskVector
+from ftlab.transfer.transport import pad_truncate
+from ftlab.validate import check_choice
+
+__all__ = ["GradFix", "NaiveTransfer"]
+
+
+class NaiveTransfer:
+    """Copy the source task vector, padding/truncating (``pad_truncate``) or zeroing (``zero``) on shape mismatch.
+
+    With ``strict_shapes=True`` (the ``identity`` method) a shape mismatch is an error.
+    """
+
+    calibration = None
+
+    def __init__(self, *, naive_mode: str = "pad_truncate", strict_shapes: bool = False, name: str = "naive"):
+        self.naive_mode = check_choice("naive_mode", naive_mode, ("pad_truncate", "zero"))
+        self.strict_shapes = bool(strict_shapes)
+        self.name = name
+        self.problem: TransferProblem | None = None
+
+    def prepare(self, problem: TransferProblem, stats=None) -> NaiveTransfer:
+        self.problem = problem
+        return self
+
+    def _source(self, tau_a: TaskVector, pname: str) -> torch.Tensor | None:
+        src = self.problem.layer_map.source_name(pname)
+        if src is None:
+            return None
+        if src not in tau_a:
+            raise ValueError(f"target parameter {pname!r} needs source parameter {src!r}, "
+                             "which the source task vector lacks")
+        return tau_a[src]
+
+    def apply(self, tau_a: TaskVector) -> TaskVector:
+        if self.problem is None:
+            raise ValueError(f"{self.name}: call prepare() before apply()")
+        out = {}
+        for pname, shape in self.problem.target_shapes.items():
+            t = self._source(tau_a, pname)
+            shape = tuple(shape)
+            if t is None:
+                out[pname] = torch.zeros(shape)
+            elif tuple(t.shape) == shape:
+                out[pname] = t.clone()
+            elif self.strict_shapes:
+                raise ValueError(f"method {self.name!r} needs equal shapes, but {pname!r} is {shape} in the target and "
+                                 f"{tuple(t.shape)} in the source (use naive or bico)")
+            elif self.naive_mode == "zero":
+                out[pname] = torch.zeros(shape, dtype=t.dtype)
+            else:
+                out[pname] = pad_truncate(t, shape)
+        return TaskVector(out)
+
+
+class GradFix(NaiveTransfer):
+    """Sign-mask the source task vector with the target's descent direction (same shapes)."""
+
+    calibration = "target_grads"
+
+    def __init__(self, *, vote: str = "mean", mode: str = "normal"):
+        super().__init__(strict_shapes=True, name="gradfix")
+        self.vote = check_choice("vote", vote, ("mean", "max"))
+        self.mode = check_choice("mode", mode, ("normal", "force"))
+        self.signs: dict[str, torch.Tensor] = {}
+
+    def prepare(self, problem: TransferProblem, stats=None) -> GradFix:
+        """``stats = {"grad_sum": {name: sum of batch gradients}, "sign_votes": {name: sum of batch signs}}``."""
+        self.problem = problem
+        key = "grad_sum" if self.vote == "mean" else "sign_votes"
+        self.signs = {k: torch.sign(-v) if key == "grad_sum" else torch.sign(v) for k, v in stats[key].items()}
+        return self
+
+    def apply(self, tau_a: TaskVector) -> TaskVector:
+        raw = super().apply(tau_a)
+        out = {}
+        for k, t in raw.items():
+            s = self.signs.get(k)
+            if s is None:
+                out[k] = torch.zeros_like(t)  # no gradient information: GradFix keeps nothing
+            elif self.mode == "normal":
+                out[k] = t * (torch.sign(t) == s).to(t.dtype)
+            else:
+                out[k] = t.abs() * s.to(t.dtype)
+        return TaskVector(out)
+
+
+@register("naive", human_name="Naive transfer (pad / truncate)",
+          description="source task vector added as is; zero-padded or truncated where shapes differ",
+          reference="baseline in Theseus (arXiv:2602.12952) and BiCo (arXiv:2605.28444); exact definition unconfirmed")
+def _naive(**options) -> NaiveTransfer:
+    return NaiveTransfer(**{"name": "naive", **options})
+
+
+@register("identity", human_name="Identity (untransported task vector)",
+          description="source task vector added unchanged; every shape must match",
+          reference="Ilharco et al. Editing Models with Task Arithmetic. arXiv:2212.04089 (ICLR 2023)")
+def _identity(**options) -> NaiveTransfer:
+    return NaiveTransfer(strict_shapes=True, name="identity", **options)
+
+
+@register("gradfix", human_name="GradFix (gradient sign masking)",
+          description="keep coordinates of tau_A whose sign agrees with the target's negative loss gradient",
+          reference="Rinaldi et al. GradFix. arXiv:2510.09658 (ICLR 2026)")
+def _gradfix(**options) -> GradFix:
+    return GradFix(**options)

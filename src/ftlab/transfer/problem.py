@@ -1,0 +1,28 @@
+"""The frozen description of one transfer problem, handed to a method's ``prepare``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ftlab.transfer.layer_map import LayerMap
+from ftlab.transfer.spec import TransportSpec
+
+__all__ = ["TransferProblem"]
+
+
+@dataclass(frozen=True)
+class TransferProblem:
+    """Specs of both models, the depth map and the target shapes.
+
+    ``pairs[target_point] = source_point`` for every target capture point that has a source
+    (points of target layers without a source are absent). ``target_shapes`` holds the shape of
+    every target parameter. ``source_spec``/``target_spec`` are ``None`` for methods that need no
+    spec (naive, identity, gradfix).
+    """
+
+    layer_map: LayerMap
+    target_shapes: Mapping[str, tuple[int, ...]]
+    source_spec: TransportSpec | None = None
+    target_spec: TransportSpec | None = None
+    pairs: Mapping[str, str] | None = None

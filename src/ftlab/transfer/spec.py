@@ -1,0 +1,221 @@
+"""Transport spec: which input and output space each parameter lives in.
+
+In the spirit of git-re-basin's permutation specs and mergekit's architecture files, a
+:class:`TransportSpec` is declarative: a set of capture :class:`Point` s (where a space is
+observed: the input and output of a layer) and, for every parameter, the :class:`Rule` s telling
+how its task vector is carried once the maps ``R_in`` (``d_in^A x d_in^B``) and ``R_out``
+(``d_out^A x d_out^B``) of its point are known (BiCo, arXiv 2605.28444, sec. "transfer rule"):
+
+==============  ======================================  =======================================
+rule kind       parameter (target shape)                transported delta
+==============  ======================================  =======================================
+``weight``      ``(out, in)`` (conv: ``(out, in, k, k)``  ``R_out^T tau R_in`` (conv reshaped to
+                as ``out x in*k*k``)                     ``out x in*k*k`` and back)
+``weight_t``    ``(in, out)`` (HF ``Conv1D``)           ``R_in^T tau R_out``
+``embedding``   ``(vocab, d)`` (a lookup)               ``tau R_out`` (vocabularies must match)
+``out_vector``  ``(out,)`` biases, norm gains/biases    ``R_out^T tau``
+``zero``        anything                                zero (the target keeps its base value)
+==============  ======================================  =======================================
+
+A rule may cover one block of a fused parameter (``part=(i, n)``: block ``i`` of ``n`` equal
+blocks along dim 0), e.g. the q/k/v thirds of ``nn.MultiheadAttention.in_proj_weight``.
+
+:func:`infer_spec` builds the spec for ``nn.Linear``, ``nn.Conv2d`` (``groups=1``),
+``nn.Embedding``, ``nn.MultiheadAttention``, LayerNorm/RMSNorm/BatchNorm/GroupNorm and HF
+``Conv1D``, which covers Hugging Face BERT, ViT, CLIP and T5. Parameters whose names match
+:data:`DEFAULT_ZERO` (class/positional embeddings, T5 relative-position bias, logit scale) get a
+zero delta, as in the third-party reference implementation [R]; this default is not confirmed
+by the BiCo paper [U]. Any other parameter of an unknown module is an error naming it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from ftlab.hooks import is_hf_conv1d, is_norm, mha_points
+
+__all__ = ["DEFAULT_ZERO", "Point", "Rule", "TransportSpec", "infer_spec"]
+
+#: Parameter-name globs that get a zero delta by default ([U]: follows the reference code, not the paper).
+DEFAULT_ZERO: tuple[str, ...] = (
+    "*cls_token", "*class_embedding", "*position_embedding*", "*positional_embedding*", "*pos_embed*",
+    "*relative_attention_bias*", "*logit_scale", "*mask_token", "*register_tokens",
+)
+
+RULE_KINDS = ("weight", "weight_t", "embedding", "out_vector", "zero")
+POINT_KINDS = ("linear", "conv2d", "embedding", "norm", "norm2d")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A capture point: a module (or MHA part) whose input and output spaces define maps.
+
+    ``kind`` decides how captured tensors become rows: ``linear`` (``(..., d)``), ``conv2d``
+    (inputs unfolded to ``in*k*k`` patches, outputs ``(B, H*W, C)``), ``embedding`` (input space =
+    the vocabulary, mapped by identity), ``norm`` (last axis), ``norm2d`` (channel axis 1).
+    """
+
+    name: str
+    kind: str
+    in_dim: int
+    out_dim: int
+    conv: tuple | None = None  # (kernel_size, stride, padding, dilation) for conv2d
+
+    def __post_init__(self):
+        if self.kind not in POINT_KINDS:
+            raise ValueError(f"point kind={self.kind!r} is invalid: must be one of {', '.join(POINT_KINDS)}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one parameter (or one block of it, ``part=(i, n)``) is transported with its point's maps."""
+
+    param: str
+    kind: str
+    point: str | None = None
+    part: tuple[int, int] = (0, 1)
+
+    def __post_init__(self):
+        if self.kind not in RULE_KINDS:
+            raise ValueError(f"rule kind={self.kind!r} is invalid: must be one of {', '.join(RULE_KINDS)}")
+        if self.kind != "zero" and self.point is None:
+            raise ValueError(f"rule for {self.param!r} of kind {self.kind!r} needs a point")
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """Points and per-parameter rules of one model (see the module docstring)."""
+
+    points: Mapping[str, Point] = field(default_factory=dict)
+    rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
+
+    def used_points(self) -> list[str]:
+        """Points referenced by at least one non-zero rule, in spec order."""
+        seen = dict.fromkeys(r.point for rs in self.rules.values() for r in rs if r.kind != "zero")
+        return [p for p in self.points if p in seen]
+
+
+def _linear_rules(name: str, mod: nn.Module, weight_kind: str = "weight") -> tuple[Point, dict]:
+    w = mod.weight
+    d_out, d_in = (w.shape[1], w.shape[0]) if weight_kind == "weight_t" else (w.shape[0], w.shape[1])
+    pt = Point(name, "linear", int(d_in), int(d_out))
+    rules = {f"{name}.weight": (Rule(f"{name}.weight", weight_kind, name),)}
+    if getattr(mod, "bias", None) is not None:
+        rules[f"{name}.bias"] = (Rule(f"{name}.bias", "out_vector", name),)
+    return pt, rules
+
+
+def _module_spec(name: str, mod: nn.Module) -> tuple[list[Point], dict] | None:
+    """Points and rules for one supported module, or None if the module type is unknown."""
+    if isinstance(mod, nn.Linear):
+        pt, rules = _linear_rules(name, mod)
+        return [pt], rules
+    if is_hf_conv1d(mod):
+        pt, rules = _linear_rules(name, mod, "weight_t")
+        return [pt], rules
+    if isinstance(mod, nn.Conv2d):
+        if mod.groups != 1:
+            raise ValueError(f"module {name!r} (Conv2d with groups={mod.groups}) is not supported: "
+                             "only groups=1 convolutions have an out x in*k*k form; give a hand-written spec")
+        if isinstance(mod.padding, str):
+            raise ValueError(f"module {name!r} uses padding={mod.padding!r}: use integer padding or a hand-written spec")
+        c_out, c_in, kh, kw = mod.weight.shape
+        pt = Point(name, "conv2d", int(c_in * kh * kw), int(c_out),
+                   (tuple(mod.kernel_size), tuple(mod.stride), tuple(mod.padding), tuple(mod.dilation)))
+        rules = {f"{name}.weight": (Rule(f"{name}.weight", "weight", name),)}
+        if mod.bias is not None:
+            rules[f"{name}.bias"] = (Rule(f"{name}.bias", "out_vector", name),)
+        return [pt], rules
+    if isinstance(mod, nn.Embedding):
+        pt = Point(name, "embedding", int(mod.num_embeddings), int(mod.embedding_dim))
+        return [pt], {f"{name}.weight": (Rule(f"{name}.weight", "embedding", name),)}
+    if isinstance(mod, nn.MultiheadAttention):
+        if mod.bias_k is not None or mod.add_zero_attn:
+            raise ValueError(f"module {name!r} (MultiheadAttention with add_bias_kv/add_zero_attn) is not supported")
+        E = mod.embed_dim
+        q, k, v, o = mha_points(name)
+        pts = [Point(q, "linear", E, E), Point(k, "linear", mod.kdim, E),
+               Point(v, "linear", mod.vdim, E), Point(o, "linear", E, E)]
+        rules: dict = {}
+        if mod._qkv_same_embed_dim:
+            rules[f"{name}.in_proj_weight"] = tuple(Rule(f"{name}.in_proj_weight", "weight", p, (i, 3))
+                                                    for i, p in enumerate((q, k, v)))
+        else:
+            for p, attr in ((q, "q_proj_weight"), (k, "k_proj_weight"), (v, "v_proj_weight")):
+                rules[f"{name}.{attr}"] = (Rule(f"{name}.{attr}", "weight", p),)
+        if mod.in_proj_bias is not None:
+            rules[f"{name}.in_proj_bias"] = tuple(Rule(f"{name}.in_proj_bias", "out_vector", p, (i, 3))
+                                                  for i, p in enumerate((q, k, v)))
+        rules[f"{name}.out_proj.weight"] = (Rule(f"{name}.out_proj.weight", "weight", o),)
+        if mod.out_proj.bias is not None:
+            rules[f"{name}.out_proj.bias"] = (Rule(f"{name}.out_proj.bias", "out_vector", o),)
+        return pts, rules
+    if is_norm(mod):
+        own = dict(mod.named_parameters(recurse=False))
+        d = int(next(iter(own.values())).shape[0])
+        kind = "norm2d" if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm)) else "norm"
+        pt = Point(name, kind, d, d)
+        return [pt], {f"{name}.{p}" if name else p: (Rule(f"{name}.{p}" if name else p, "out_vector", name),) for p in own}
+    return None
+
+
+def infer_spec(model: nn.Module, *, zero_params: Iterable[str] = DEFAULT_ZERO,
+               overrides: Mapping[str, Iterable[Rule]] | None = None,
+               extra_points: Iterable[Point] = ()) -> TransportSpec:
+    """Infer the transport spec of ``model``.
+
+    Parameters
+    ----------
+    zero_params:
+        Parameter-name globs whose delta is set to zero (default :data:`DEFAULT_ZERO`, [U]).
+    overrides:
+        Hand-written rules for parameters of modules ftlab does not understand (or to replace
+        inferred ones), ``{param_name: [Rule, ...]}``; their points come from ``extra_points`` or
+        from the inferred points.
+    extra_points:
+        Additional capture points (module names) referenced by ``overrides``.
+
+    Raises ``ValueError`` naming the first parameter that no rule covers.
+    """
+    zero_params = tuple(zero_params)
+    overrides = dict(overrides or {})
+    points: dict[str, Point] = {p.name: p for p in extra_points}
+    rules: dict[str, tuple[Rule, ...]] = {}
+    mha_names = [n for n, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)]
+    for name, mod in model.named_modules():
+        own = [p for p, _ in mod.named_parameters(recurse=False)]
+        if not own or any(name.startswith(h + ".") for h in mha_names):
+            continue
+        full = [f"{name}.{p}" if name else p for p in own]
+        if all(any(fnmatch.fnmatchcase(f, z) for z in zero_params) or f in overrides for f in full):
+            continue  # every parameter handled below without needing the module type
+        res = _module_spec(name, mod)
+        if res is None:
+            uncovered = [f for f in full if f not in overrides and not any(fnmatch.fnmatchcase(f, z) for z in zero_params)]
+            raise ValueError(f"module {name!r} ({type(mod).__name__}) is not understood by the transfer: its parameter "
+                             f"{uncovered[0]!r} has no transport rule; pass overrides=/zero_params= or a hand-written spec")
+        pts, rs = res
+        for p in pts:
+            points[p.name] = p
+        rules.update(rs)
+    for pname, _ in model.named_parameters():
+        if any(fnmatch.fnmatchcase(pname, z) for z in zero_params):
+            rules[pname] = (Rule(pname, "zero"),)
+    for pname, rs in overrides.items():
+        rs = tuple(rs)
+        for r in rs:
+            if r.point is not None and r.point not in points:
+                raise ValueError(f"override for {pname!r} refers to unknown point {r.point!r}")
+        rules[pname] = rs
+    params = dict(model.named_parameters())
+    missing = [p for p in params if p not in rules]
+    if missing:
+        raise ValueError(f"parameter {missing[0]!r} has no transport rule")
+    extra = [p for p in rules if p not in params]
+    if extra:
+        raise ValueError(f"transport rule for {extra[0]!r}, which is not a parameter of the model")
+    return TransportSpec(points=points, rules=rules)

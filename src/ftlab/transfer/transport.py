@@ -1,0 +1,97 @@
+"""Applying fitted maps to a task vector: ``tau_B = R_out^T tau_A R_in`` parameter by parameter.
+
+Fitting maps (:mod:`ftlab.transfer.align`) and applying them (here) are separate pure functions,
+as in git-re-basin / TransFusion. ``maps[target_point] = (R_in, R_out)`` with ``R_in`` of shape
+``d_in^A x d_in^B`` and ``R_out`` of shape ``d_out^A x d_out^B`` (float64); the rules of the
+target's :class:`~ftlab.transfer.spec.TransportSpec` say which map acts on which axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from ftlab.transfer.layer_map import LayerMap
+from ftlab.transfer.spec import Rule, TransportSpec
+from ftlab.transfer.task_vector import TaskVector
+
+__all__ = ["pad_truncate", "transport"]
+
+
+def pad_truncate(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Zero-pad or truncate ``t`` to ``shape`` on every axis, keeping the leading (top-left) block."""
+    if t.ndim != len(shape):
+        raise ValueError(f"cannot pad/truncate a tensor of shape {tuple(t.shape)} to {tuple(shape)}: different ranks")
+    out = torch.zeros(shape, dtype=t.dtype)
+    idx = tuple(slice(0, min(a, b)) for a, b in zip(t.shape, shape))
+    out[idx] = t[idx]
+    return out
+
+
+def _block(t: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+    i, n = part
+    if t.shape[0] % n:
+        raise ValueError(f"a tensor of shape {tuple(t.shape)} cannot be split into {n} equal blocks")
+    step = t.shape[0] // n
+    return t[i * step:(i + 1) * step]
+
+
+def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: torch.Tensor | None,
+                R_out: torch.Tensor, src_name: str) -> torch.Tensor:
+    T = tau.to(torch.float64)
+    if rule.kind == "out_vector":
+        if T.ndim != 1 or T.shape[0] != R_out.shape[0]:
+            raise ValueError(f"source {src_name!r} has shape {tuple(T.shape)} but its point has width {R_out.shape[0]}")
+        return (R_out.T @ T).reshape(shape)
+    if rule.kind == "embedding":
+        if T.shape[1] != R_out.shape[0]:
+            raise ValueError(f"source embedding {src_name!r} has width {T.shape[1]}, expected {R_out.shape[0]}")
+        if T.shape[0] != shape[0]:
+            raise ValueError(f"embedding {rule.param!r}: source vocabulary {T.shape[0]} != target vocabulary {shape[0]}; "
+                             "vocabularies must match (zero it with zero_params or write a spec)")
+        return T @ R_out
+    M = T.reshape(T.shape[0], -1) if rule.kind == "weight" else T
+    if rule.kind == "weight":
+        if M.shape != (R_out.shape[0], R_in.shape[0]):
+            raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as out x in, but its maps expect "
+                             f"{R_out.shape[0]} x {R_in.shape[0]}")
+        return (R_out.T @ M @ R_in).reshape(shape)
+    # weight_t: stored (in, out)
+    if M.shape != (R_in.shape[0], R_out.shape[0]):
+        raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as in x out, but its maps expect "
+                         f"{R_in.shape[0]} x {R_out.shape[0]}")
+    return (R_in.T @ M @ R_out).reshape(shape)
+
+
+def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: Mapping[str, tuple[int, ...]],
+              layer_map: LayerMap, maps: Mapping[str, tuple[torch.Tensor | None, torch.Tensor]],
+              depth_scale: float = 1.0) -> TaskVector:
+    """Map ``tau_a`` (keyed by source names) onto the target's parameters.
+
+    Target parameters whose source layer is ``None`` (e.g. ``depth_map="prefix"`` beyond the
+    source depth) or whose rule is ``zero`` get zeros. Every other target parameter needs its
+    source counterpart in ``tau_a`` (``ValueError`` naming it otherwise). Result dtype: that of
+    ``tau_a`` (computations in float64).
+    """
+    out: dict[str, torch.Tensor] = {}
+    dtype = next(iter(tau_a.values())).dtype if len(tau_a) else torch.float32
+    for pname, rules in target_spec.rules.items():
+        shape = tuple(target_shapes[pname])
+        res = torch.zeros(shape, dtype=torch.float64)
+        src = layer_map.source_name(pname)
+        if src is not None and any(r.kind != "zero" for r in rules):
+            if src not in tau_a:
+                raise ValueError(f"target parameter {pname!r} needs source parameter {src!r}, which the source task "
+                                 "vector lacks: the architectures do not correspond")
+            for rule in rules:
+                if rule.kind == "zero":
+                    continue
+                R_in, R_out = maps[rule.point]
+                n = rule.part[1]
+                blk_shape = (shape[0] // n,) + shape[1:]
+                val = _apply_rule(rule, _block(tau_a[src], rule.part), blk_shape, R_in, R_out, src)
+                i = rule.part[0]
+                res[i * blk_shape[0]:(i + 1) * blk_shape[0]] = val
+        out[pname] = (depth_scale * res).to(dtype)
+    return TaskVector(out)
