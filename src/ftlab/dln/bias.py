@@ -181,30 +181,73 @@ def _dual_potential(u: np.ndarray, sqrt_k: np.ndarray) -> float:
     return float(np.sum(out))
 
 
-def _solve_spd(H: np.ndarray, g: np.ndarray) -> np.ndarray:
+def _gram_lower(X: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Lower triangle of ``X diag(h) X^T`` (h >= 0) by a symmetric rank-k update (half a GEMM)."""
+    from scipy.linalg.blas import dsyrk
+
+    return dsyrk(1.0, (X * np.sqrt(h)).T, trans=1, lower=1)
+
+
+def _factor_spd(H: np.ndarray):
+    """Cholesky factor of a symmetric positive (semi)definite matrix (lower triangle used), jittered if needed."""
     import scipy.linalg as sla
 
     try:
-        return sla.cho_solve(sla.cho_factor(H, lower=True, check_finite=False), g, check_finite=False)
+        return sla.cho_factor(H, lower=True, check_finite=False)
     except np.linalg.LinAlgError:
-        jitter = 1e-14 * np.trace(H) / H.shape[0]
-        return sla.solve(H + jitter * np.eye(H.shape[0]), g, assume_a="sym", check_finite=False)
+        jitter = 1e-13 * np.trace(H) / H.shape[0]  # the diagonal is filled
+        return sla.cho_factor(H + jitter * np.eye(H.shape[0]), lower=True, check_finite=False)
 
 
-def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max_du: float = 1.0,
-                        nu0=None) -> InterpolatorResult:
+def _pcg(matvec, b: np.ndarray, solve_m, *, rtol: float, maxiter: int) -> tuple[np.ndarray, bool, int]:
+    """Preconditioned conjugate gradients for an SPD operator; returns (x, converged, iterations)."""
+    x = solve_m(b)
+    r = b - matvec(x)
+    bnorm = max(np.linalg.norm(b), 1e-300)
+    if np.linalg.norm(r) <= rtol * bnorm:
+        return x, True, 0
+    z = solve_m(r)
+    p = z.copy()
+    rz = r @ z
+    for i in range(1, maxiter + 1):
+        ap = matvec(p)
+        pap = p @ ap
+        if not pap > 0:
+            return x, False, i
+        step = rz / pap
+        x += step * p
+        r -= step * ap
+        if np.linalg.norm(r) <= rtol * bnorm:
+            return x, True, i
+        z = solve_m(r)
+        rz_new = r @ z
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x, False, maxiter
+
+
+def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max_du: float = 2.0,
+                        max_cg: int = 25, nu0=None) -> InterpolatorResult:
     """Exact ``argmin_beta Q_k(beta)`` subject to ``X beta = y`` by damped Newton on the dual.
 
     The minimizer has the form ``beta_d = (sqrt(k_d)/2) sinh(2 u_d)``, ``u = X^T nu``, where ``nu``
     (N,) minimizes the smooth convex dual ``F(nu) = sum_d (sqrt(k_d)/2) sinh(u_d)^2 - nu . y``
-    (gradient ``X beta - y``, Hessian ``X diag(sqrt(k + 4 beta^2)) X^T``). Each Newton step is
+    (gradient ``X beta - y``, Hessian ``H = X diag(sqrt(k + 4 beta^2)) X^T``). Each Newton step is
     capped so that ``max |du| <= max_du`` (the dual is exponential: this bounds the number of steps
     by about ``max_d |u_d*| / max_du`` even for tiny k) and then Armijo-backtracked.
 
+    Newton systems are solved by conjugate gradients preconditioned with the Cholesky factor of
+    the last Hessian that was formed; the Hessian is re-formed (O(N^2 D)) after a damped step and
+    when CG needs more than ``max_cg`` iterations (``max_cg=0``: a fresh Hessian and a direct
+    solve at every step).
+    CG tolerances shrink with the residual (inexact Newton), so the final steps are exact.
+
     X : (N, D) with full row rank (N <= D for an interpolation problem); y : (N,);
     k : (D,) or scalar, > 0 (``k = 1e-20`` works). tol : relative residual ``||X beta - y||/||y||``.
-    Cost per step: O(N^2 D) to form the Hessian plus O(N^3) for its Cholesky factor.
+    n_iter counts Newton steps.
     """
+    import scipy.linalg as sla
+
     X, y = _check_xy(X, y)
     k = np.broadcast_to(_k_array(k), (X.shape[1],))
     check_positive("tol", tol)
@@ -212,31 +255,43 @@ def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max
     nu = np.zeros(X.shape[0]) if nu0 is None else np.array(nu0, dtype=np.float64)
     ynorm = max(np.linalg.norm(y), 1e-300)
 
-    def state(nu_):
-        u_ = X.T @ nu_
-        return q_k_prime_inv(u_, k), _dual_potential(u_, sqrt_k) - nu_ @ y
-
-    beta, F = state(nu)
+    u = X.T @ nu
+    beta = q_k_prime_inv(u, k)
+    F = _dual_potential(u, sqrt_k) - nu @ y
+    grad = X @ beta - y
+    res = float(np.linalg.norm(grad) / ynorm)
+    factor = None
+    full_step = False
     it = 0
-    res = float(np.linalg.norm(X @ beta - y) / ynorm)
     while res > tol and it < max_iter:
         it += 1
-        grad = X @ beta - y
         h = np.hypot(sqrt_k, 2.0 * beta)
-        step = -_solve_spd((X * h) @ X.T, grad)
+        step = None
+        if factor is not None and max_cg > 0 and full_step:
+            step, ok, _ = _pcg(lambda v, h=h: X @ (h * (X.T @ v)), -grad,
+                               lambda v, f=factor: sla.cho_solve(f, v, check_finite=False),
+                               rtol=max(min(0.1, res), 1e-3 * tol), maxiter=max_cg)
+            if not ok:
+                step = None
+        if step is None:
+            factor = _factor_spd(_gram_lower(X, h))
+            step = sla.cho_solve(factor, -grad, check_finite=False)
         du = X.T @ step
         s = min(1.0, max_du / max(np.max(np.abs(du)), 1e-300))
         slope = grad @ step
         for _ in range(60):
-            cand = nu + s * step
-            beta_c, F_c = state(cand)
-            res_c = float(np.linalg.norm(X @ beta_c - y) / ynorm)
+            u_c = u + s * du
+            beta_c = q_k_prime_inv(u_c, k)
+            F_c = _dual_potential(u_c, sqrt_k) - (nu + s * step) @ y
+            grad_c = X @ beta_c - y
+            res_c = float(np.linalg.norm(grad_c) / ynorm)
             if np.isfinite(F_c) and (F_c <= F + 1e-4 * s * slope or res_c < 0.5 * res):
                 break
             s *= 0.5
         else:
             break
-        nu, beta, F, res = cand, beta_c, F_c, res_c
+        nu, u, beta, F, grad, res = nu + s * step, u_c, beta_c, F_c, grad_c, res_c
+        full_step = s == 1.0
     return InterpolatorResult(beta=beta, converged=bool(res <= tol), n_iter=it, residual=res, nu=nu)
 
 

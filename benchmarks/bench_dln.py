@@ -1,0 +1,109 @@
+"""Benchmark: exact implicit-bias solve and exact gradient flow vs the authors' gradient descent.
+
+Setting (issue 2): D = 5000, alpha_FT = 0.5, rho_PT = rho_FT = 0.1 (overlap 0.5, PT oracle with
+a_PT = 1), c = 1e-3, gamma = 0, for lam = 0 (Regime II) and lam = -0.99 (Regime IV).
+Side by side in one run and one process, one BLAS thread each:
+
+* ``solve``: :func:`ftlab.dln.solve_implicit_bias` to relative residual 1e-12 (the reference);
+* ``gd``: :func:`ftlab.dln.gradient_descent`, lr 0.5, until training MSE < 1e-4 (authors' protocol);
+* ``flow``: :func:`ftlab.dln.gradient_flow` stopped by the *same* rule (training MSE < 1e-4),
+  so that its endpoint accuracy is at least GD's (both distances are reported).
+
+Run: ``.venv/bin/python benchmarks/bench_dln.py`` (several minutes: GD needs tens of thousands of
+full-batch steps), or ``--dim 1000`` for a quick look. Results go to docs/benchmarks.md (section ``dln``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ftlab.dln as dln  # noqa: E402
+from _common import write_section  # noqa: E402
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def run_setting(dim: int, lam: float, *, alpha=0.5, c=1e-3, gamma=0.0, seed=0) -> dict:
+    spec = dln.TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5)
+    p = dln.sample_problem(spec, alpha=alpha, dim=dim, seed=seed)
+    w = dln.ft_reset(dln.oracle_pt(p.beta_pt_star, c=c, lam=lam), gamma=gamma)
+    X, y, star = p.X_ft, p.y_ft, p.beta_ft_star
+    solve, t_solve = _timed(lambda: dln.solve_implicit_bias(X, y, w.k))
+    ref = solve.beta
+    flow, t_flow = _timed(lambda: dln.gradient_flow(w, X, y, tol=1e-4, rtol=1e-3, atol=1e-6))
+    gd, t_gd = _timed(lambda: dln.gradient_descent(w, X, y, lr=0.5, tol=1e-4))
+
+    def rel(b):
+        return float(np.linalg.norm(b - ref) / np.linalg.norm(ref))
+
+    def err(b):
+        return float(np.sum((b - star) ** 2) / dim)
+
+    return {
+        "dim": dim, "lam": lam, "n": X.shape[0],
+        "t_solve": t_solve, "solve_iter": solve.n_iter, "solve_res": solve.residual, "err_solve": err(ref),
+        "t_flow": t_flow, "flow_steps": flow.n_iter, "dist_flow": rel(flow.beta), "err_flow": err(flow.beta),
+        "t_gd": t_gd, "gd_steps": gd.n_iter, "dist_gd": rel(gd.beta), "err_gd": err(gd.beta),
+        "gd_converged": gd.converged, "gd_drift": gd.invariant_drift, "flow_drift": flow.invariant_drift,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dim", type=int, default=5000)
+    ap.add_argument("--lam", type=float, nargs="+", default=[0.0, -0.99])
+    ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    args = ap.parse_args()
+    rows = []
+    for lam in args.lam:
+        r = run_setting(args.dim, lam)
+        print(r, flush=True)
+        rows.append(r)
+    lines = [
+        "### Diagonal network: exact solve and exact flow vs the authors' GD",
+        "",
+        f"D = {args.dim}, alpha_FT = 0.5 (N = {rows[0]['n']}), rho_PT = rho_FT = 0.1, overlap 0.5, PT oracle (a_PT = 1), "
+        "c = 1e-3, gamma = 0, seed 0; one BLAS thread; all three methods timed in the same process. "
+        "*dist* = ||beta - beta_solve|| / ||beta_solve||, *error* = (1/D)||beta - beta*_FT||^2. "
+        "GD: lr 0.5, stop at training MSE < 1e-4 (authors' protocol); flow: the same stopping rule. "
+        "Goals: solve >= 100x faster than GD; flow >= 10x faster than GD at equal endpoint accuracy.",
+        "",
+        "| lam (regime) | solve: s (Newton steps) | flow: s (steps) | GD: s (steps) | GD / solve | GD / flow "
+        "| dist flow | dist GD | error solve / flow / GD |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        reg = "II" if r["lam"] == 0.0 else "IV"
+        lines.append(
+            f"| {r['lam']:g} ({reg}) | {r['t_solve']:.2f} ({r['solve_iter']}) | {r['t_flow']:.2f} ({r['flow_steps']}) "
+            f"| {r['t_gd']:.1f} ({r['gd_steps']}) | **{r['t_gd'] / r['t_solve']:.0f}x** "
+            f"| **{r['t_gd'] / r['t_flow']:.0f}x** "
+            f"| {r['dist_flow']:.2e} | {r['dist_gd']:.2e} | {r['err_solve']:.5f} / {r['err_flow']:.5f} / {r['err_gd']:.5f} |"
+        )
+    lines += [
+        "",
+        "GD's invariant drift (max relative change of w^2 - v^2 and w+ w- + v+ v-): "
+        + ", ".join(f"lam={r['lam']:g}: {r['gd_drift']:.1e}" for r in rows)
+        + "; the flow's: " + ", ".join(f"{r['flow_drift']:.1e}" for r in rows) + " (rounding).",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        write_section("dln", text)
+
+
+if __name__ == "__main__":
+    main()
