@@ -1,0 +1,227 @@
+"""``ftlab transfer``: carry a fine-tuning from one base model to another, without training."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import time
+import warnings
+from pathlib import Path
+
+import click
+
+METHODS = ("bico", "activation_only", "gradient_only", "naive", "identity", "gradfix")
+DEPTH = ("nearest_relative", "proportional", "prefix", "cka")
+SEQ = ("identity", "interpolate", "interpolate2d", "mean", "cls")
+
+
+def load_callable(ref: str, what: str):
+    """``module:function`` or ``path/to/file.py:function`` -> the callable."""
+    if ":" not in ref:
+        raise ValueError(f"{what}={ref!r} is invalid: expected module:function or file.py:function")
+    mod_name, _, attr = ref.rpartition(":")
+    try:
+        if mod_name.endswith(".py"):
+            path = Path(mod_name)
+            if not path.exists():
+                raise FileNotFoundError(f"{what}: file {mod_name!r} does not exist")
+            spec = importlib.util.spec_from_file_location(f"_ftlab_user_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ValueError(f"{what}: cannot import {mod_name!r} ({exc})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"{what}: {mod_name!r} has no callable {attr!r}")
+    return fn
+
+
+def _hf_loss(model, batch):
+    out = model(**batch)
+    if getattr(out, "loss", None) is None:
+        raise ValueError("--loss hf: the model returned no loss (does the batch hold labels?)")
+    return out.loss
+
+
+def build_model(arch: str | None, checkpoint: str, hf_class: str, role: str):
+    """A model for ``checkpoint``: from an HF config folder or a ``module:function`` factory, then its weights."""
+    from ftlab.transfer.io import load_state_dict
+
+    ckpt = Path(checkpoint)
+    if arch is None:
+        if ckpt.is_dir() and (ckpt / "config.json").exists():
+            arch = str(ckpt)
+        else:
+            flag = f"--{role.split()[0]}-arch"
+            raise ValueError(f"{role}: {checkpoint!r} is not a Hugging Face folder; give its architecture with {flag}")
+    if Path(arch).is_dir():
+        if not (Path(arch) / "config.json").exists():
+            raise FileNotFoundError(f"{role}: architecture folder {arch!r} has no config.json")
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(arch)
+        cls = getattr(transformers, hf_class, None)
+        if cls is None:
+            raise ValueError(f"--hf-class={hf_class!r} is not a class of transformers")
+        model = cls.from_config(config) if hf_class.startswith("Auto") else cls(config)
+    else:
+        model = load_callable(arch, f"{role} architecture")()
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{role}: the architecture factory returned {type(model).__name__}, not an nn.Module")
+    state = load_state_dict(checkpoint)
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and k in dict(model.named_parameters())]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise ValueError(f"{role}: checkpoint {checkpoint!r} does not fit the architecture "
+                         f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
+    for k, v in state.items():
+        if own[k].shape != v.shape:
+            raise ValueError(f"{role}: {k!r} has shape {tuple(v.shape)} in the checkpoint "
+                             f"but {tuple(own[k].shape)} in the model")
+    model.load_state_dict(state, strict=False)
+    return model
+
+
+def load_batches(ref: str, batch_size: int, max_batches: int | None):
+    """Calibration batches from a tensor file (dict of equal-length tensors, split along dim 0) or a factory."""
+    from ftlab.transfer.io import load_state_dict
+
+    path = Path(ref)
+    if path.suffix in (".safetensors", ".pt", ".pth", ".bin") or path.exists():
+        data = load_state_dict(path)
+        if not data:
+            raise ValueError(f"calibration file {ref!r} holds no tensors")
+        n = {v.shape[0] for v in data.values()}
+        if len(n) != 1:
+            raise ValueError(f"calibration file {ref!r}: tensors differ in their first dimension ({sorted(n)})")
+        n = n.pop()
+        batches = [{k: v[i:i + batch_size] for k, v in data.items()} for i in range(0, n, batch_size)]
+    else:
+        batches = list(load_callable(ref, "--data")())
+    if max_batches is not None:
+        batches = batches[:max_batches]
+    if not batches:
+        raise ValueError(f"calibration data {ref!r} yielded no batches")
+    return batches
+
+
+@click.command("transfer", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--source-base", required=True,
+              help="Checkpoint of the source base model A (safetensors, weights-only .pt, or HF folder).")
+@click.option("--source-finetuned", required=True, help="Checkpoint of A fine-tuned on the task.")
+@click.option("--target-base", required=True, help="Checkpoint of the target base model B.")
+@click.option("--source-arch", default=None, help="A's architecture: HF config folder or module:function factory "
+              "(default: the checkpoint folder itself).")
+@click.option("--target-arch", default=None, help="B's architecture (same forms as --source-arch).")
+@click.option("--hf-class", default="AutoModel", show_default=True,
+              help="transformers class for HF config folders, e.g. BertForSequenceClassification.")
+@click.option("--data", "data", required=True, help="Calibration data: a .safetensors/.pt file of equal-length tensors "
+              "(batched as dicts along dim 0) or a module:function returning batches.")
+@click.option("--target-data", default=None, help="Separate calibration data for B (same samples, B's preprocessing).")
+@click.option("--loss", "loss_ref", required=True, help="module:function or file.py:function computing loss(model, batch); "
+              "'hf' uses model(**batch).loss.")
+@click.option("--method", type=click.Choice(METHODS), default="bico", show_default=True, help="Transfer method.")
+@click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector.")
+@click.option("--depth-map", type=click.Choice(DEPTH), default="nearest_relative", show_default=True,
+              help="Which source layer feeds each target layer.")
+@click.option("--seq-align", type=click.Choice(SEQ), default="identity", show_default=True,
+              help="How token rows of A and B are paired.")
+@click.option("--batch-size", type=int, default=32, show_default=True, help="Rows per calibration batch (tensor files).")
+@click.option("--max-batches", type=int, default=None, help="Use at most this many calibration batches.")
+@click.option("--center", is_flag=True,
+              help="Centre rows before the cross-covariances (default off; not confirmed by the paper).")
+@click.option("--whiten-p", type=float, default=0.0, show_default=True, help="Partial whitening exponent in [0, 0.5].")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, data, target_data, loss_ref,
+             method, alpha, depth_map, seq_align, batch_size, max_batches, center, whiten_p, out_dir):
+    """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
+
+    Runs A and B once (forward + backward) over the calibration data, fits per layer an
+    orthogonal Procrustes map on input activations and one on output gradients, maps
+    tau_A = A_ft - A onto B's parameters, and writes into --out:
+
+    \b
+      model.safetensors        B's weights + alpha * tau_B
+      task_vector.safetensors  tau_B itself (apply another alpha later)
+      report.json              per layer: map shapes, CKA, alignment residuals, norms;
+                               time and peak memory
+
+    Nothing is written unless the whole transfer succeeds.
+
+    \b
+    Examples:
+      # Hugging Face folders (config.json + model.safetensors), loss from the model's labels
+      ftlab transfer --source-base bert-small --source-finetuned bert-small-sst2 \\
+          --target-base bert-wide --hf-class BertForSequenceClassification \\
+          --data calib.safetensors --loss hf --out out/
+      # plain PyTorch: factories and a loss in your own module
+      ftlab transfer --source-base a.safetensors --source-finetuned a_ft.safetensors \\
+          --target-base b.safetensors --source-arch mymodels:small --target-arch mymodels:wide \\
+          --data mymodels:calibration_batches --loss mymodels:loss --method bico --alpha 0.8 --out out/
+    """
+    import torch
+
+    from ftlab import __version__
+    from ftlab.transfer import fit_transfer
+    from ftlab.transfer.align import RankWarning
+    from ftlab.transfer.io import save_state_dict
+    from ftlab.validate import check_finite, check_int, check_range
+
+    check_finite("alpha", alpha)
+    check_int("batch_size", batch_size, 1)
+    if max_batches is not None:
+        check_int("max_batches", max_batches, 1)
+    check_range("whiten_p", whiten_p, 0.0, 0.5)
+    t0 = time.perf_counter()
+    A = build_model(source_arch, source_base, hf_class, "source base")
+    A_ft = build_model(source_arch, source_finetuned, hf_class, "source finetuned")
+    B = build_model(target_arch, target_base, hf_class, "target base")
+    loss = _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
+    batches = load_batches(data, batch_size, max_batches)
+    kwargs = {}
+    if target_data is not None:
+        kwargs = {"source_batches": batches, "target_batches": load_batches(target_data, batch_size, max_batches)}
+        batches = None
+    if method in ("bico", "activation_only", "gradient_only"):
+        kwargs.update(center=center, whiten_p=whiten_p)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RankWarning)
+        res = fit_transfer(A, A_ft, B, batches, loss, method=method, depth_map=depth_map, seq_align=seq_align,
+                           diagnostics=method in ("bico", "activation_only", "gradient_only"), **kwargs)
+    rank_notes = [str(w.message) for w in caught if issubclass(w.category, RankWarning)]
+    for w in caught:
+        if not issubclass(w.category, RankWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    tv = res.task_vector
+    model = tv.apply_(B, alpha)  # B was loaded here, so in place is safe
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
+    report = {"ftlab_version": __version__, "inputs": {"source_base": source_base, "source_finetuned": source_finetuned,
+                                                        "target_base": target_base, "data": data, "loss": loss_ref},
+              "alpha": alpha, **res.report(), "rank_warnings": rank_notes, "total_time_s": time.perf_counter() - t0}
+    from ftlab.results import save_json, to_jsonable
+
+    json.dumps(to_jsonable(report))  # fail before writing anything if the report is not serialisable
+    out = Path(out_dir)
+    save_state_dict(out / "task_vector.safetensors", tv.state_dict(), metadata={"format": "ftlab-task-vector"})
+    save_state_dict(out / "model.safetensors", model.state_dict(), metadata={"format": "pt", "ftlab_alpha": str(alpha)})
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_json_string"):  # make --out a loadable Hugging Face folder
+        from ftlab.results import atomic_write_text
+
+        atomic_write_text(out / "config.json", config.to_json_string())
+    save_json(out / "report.json", report)
+    click.echo(f"ftlab transfer: {method}, {res.n_batches} calibration batches, "
+               f"||tau_A|| = {res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {alpha:g}; "
+               f"wrote {out}/model.safetensors, task_vector.safetensors, report.json")
+    if rank_notes:
+        click.echo(f"ftlab transfer: note: {len(rank_notes)} maps were fitted from fewer calibration rows than their "
+                   "width or from a rank-deficient cross-covariance (partly arbitrary; see rank_warnings in report.json)",
+                   err=True)
