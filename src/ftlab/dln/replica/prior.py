@@ -86,8 +86,27 @@ def _pt_teacher_component(spec) -> tuple[float, float]:
     return 0.0, float(spec.a_pt) ** 2 / spec.rho_pt
 
 
-def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 61, kind: str = "hermite") -> PTChannel:
-    """Distribution of ``|beta_PT|`` entering ``k`` (oracle or imperfect PT, see module doc)."""
+def _abs_normal_rule(sd: float, scale: float, panels: int = 36, per: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Rule for ``|X|``, ``X ~ N(0, sd^2)``: Gauss-Legendre on geometrically growing panels of [0, 12 sd].
+
+    ``k(|beta_PT|)`` turns from ``(4c)^2`` to ``(2|beta|)^2`` around ``|beta| ~ c``: the panels resolve every
+    scale from ``scale/100`` upwards (a plain Gauss-Hermite rule misses this kink near 0).
+    """
+    lo = min(scale * 1e-2, sd * 1e-3)
+    edges = np.concatenate([[0.0], np.geomspace(lo, 12.0 * sd, panels)])
+    g, gw = np.polynomial.legendre.leggauss(per)
+    mid, half = 0.5 * (edges[1:] + edges[:-1]), 0.5 * (edges[1:] - edges[:-1])
+    x = (mid[:, None] + half[:, None] * g[None, :]).ravel()
+    w = (half[:, None] * gw[None, :]).ravel() * 2.0 * np.exp(-0.5 * (x / sd) ** 2) / (sd * np.sqrt(2.0 * np.pi))
+    return x, w / w.sum()
+
+
+def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 160, kind: str = "legendre") -> PTChannel:
+    """Distribution of ``|beta_PT|`` entering ``k`` (oracle or imperfect PT, see module doc).
+
+    n_nodes, kind : normal rule over the PT channel's noise (imperfect PT). Oracle Gaussian-slab
+    magnitudes use a geometric-panel rule for ``|beta_PT|`` (see :func:`_abs_normal_rule`).
+    """
     mu_a, v_a = _pt_teacher_component(spec)
     x, w = normal_rule(n_nodes, kind)
     pt_noise = float(getattr(spec, "pt_noise", 0.0))
@@ -95,7 +114,7 @@ def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 61, kin
         check_positive("alpha_pt", alpha_pt)
     oracle = alpha_pt is None or (alpha_pt >= 1.0 and pt_noise == 0.0)
     if oracle:
-        active = (np.array([mu_a]), np.array([1.0])) if v_a == 0 else _fold(np.sqrt(v_a) * x, w)
+        active = (np.array([mu_a]), np.array([1.0])) if v_a == 0 else _abs_normal_rule(np.sqrt(v_a), c)
         return PTChannel(active, (np.array([0.0]), np.array([1.0])), None)
     if alpha_pt >= 1.0:
         if alpha_pt == 1.0:
@@ -128,7 +147,7 @@ def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 61, kin
 
 
 def ft_prior(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None = None,
-             n_pt_nodes: int = 61, pt_kind: str = "hermite") -> tuple[Mixture, PTChannel]:
+             n_pt_nodes: int = 160, pt_kind: str = "legendre") -> tuple[Mixture, PTChannel]:
     """The four-group prior of ``(beta*_FT, k)`` for a PT -> FT task (see module doc).
 
     spec : :class:`ftlab.dln.tasks.TaskSpec`. c, lam, gamma : initialization scales (c > 0,

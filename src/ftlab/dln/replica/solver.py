@@ -68,11 +68,11 @@ def _residuals(m, theta0, theta, alpha, noise2, lambda_reg):
     return r1, r2
 
 
-def initial_guess(expect, alpha: float, noise2: float) -> tuple[float, float]:
+def initial_guess(expect, alpha: float, noise2: float, lambda_reg: float = 0.0) -> tuple[float, float]:
     """Start from the minimum-l2 interpolator's noise level ``theta0 = ((1-a) E[b^2] + s^2)/a``."""
     m2 = max(expect.second_moment, 1e-12)
     theta0 = (max(1.0 - alpha, 0.05) * m2 + noise2) / alpha
-    return theta0, _theta_given_theta0(expect, theta0, alpha, 0.0)[0]
+    return theta0, _theta_given_theta0(expect, theta0, alpha, lambda_reg)[0]
 
 
 def _theta_given_theta0(expect, theta0, alpha, lambda_reg, hint=None):
@@ -155,7 +155,7 @@ def solve_point(
         err = noise2 / (alpha - 1.0) if alpha > 1.0 else math.inf
         return FixedPoint(alpha, err, err, 0.0, True, 0, 0.0, "determined")
     if start is None or not all(np.isfinite(start)) or min(start) <= 0:
-        start = initial_guess(expect, alpha, noise2)
+        start = initial_guess(expect, alpha, noise2, lambda_reg)
     x = np.log(np.asarray(start, dtype=float))
     m = expect(*np.exp(x))
     r = np.array(_residuals(m, *np.exp(x), alpha, noise2, lambda_reg))

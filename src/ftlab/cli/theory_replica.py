@@ -1,0 +1,231 @@
+"""``ftlab theory curve`` and ``ftlab theory advise``: replica learning curves and the initialization advisor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ftlab.cli.output import emit, format_option
+
+_CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def parse_alphas(values: tuple[str, ...], grid: str | None):
+    """``--alpha`` values plus an optional ``--alphas START:STOP:N`` grid (linspace, inclusive)."""
+    import numpy as np
+
+    out = [float(v) for v in values]
+    if grid:
+        parts = grid.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"alphas={grid!r} is not a grid spec: use START:STOP:N, e.g. 0.01:0.5:80")
+        start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
+        if n < 1:
+            raise ValueError(f"alphas={grid!r}: N must be >= 1")
+        out += [float(a) for a in np.linspace(start, stop, n)]
+    if not out:
+        out = [float(a) for a in np.linspace(0.01, 0.5, 50)]
+    return sorted(set(out))
+
+
+def task_spec(*, rho_pt, rho_ft, overlap, rho_shared, rho_new, noise, pt_noise, pt_magnitude):
+    """Build a TaskSpec from the shared flags (either --rho-ft/--overlap or --rho-shared/--rho-new)."""
+    from ftlab.dln.tasks import TaskSpec
+
+    extra = {"noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
+    if rho_shared is not None or rho_new is not None:
+        if rho_shared is None or rho_new is None or overlap is not None or rho_ft is not None:
+            raise ValueError("rho_shared/rho_new: give both, and neither --overlap nor --rho-ft with them")
+        return TaskSpec.from_conditional(rho_pt=rho_pt, rho_shared=rho_shared, rho_new=rho_new, **extra)
+    return TaskSpec(rho_pt=rho_pt, rho_ft=0.1 if rho_ft is None else rho_ft, overlap=1.0 if overlap is None else overlap,
+                    **extra)
+
+
+def _task_options(f):
+    opts = [
+        click.option("--rho-pt", type=float, default=0.1, show_default=True, help="PT teacher sparsity in [0, 1]."),
+        click.option("--rho-ft", type=float, default=None, help="FT teacher sparsity in [0, 1]  [default: 0.1]."),
+        click.option("--overlap", type=float, default=None,
+                     help="omega = |S_PT ∩ S_FT| / |S_FT|  [default: 1]. Or give --rho-shared and --rho-new."),
+        click.option("--rho-shared", type=float, default=None, help="P(FT-active | PT-active); with --rho-new."),
+        click.option("--rho-new", type=float, default=None, help="P(FT-active | PT-inactive); with --rho-shared."),
+        click.option("--alpha-pt", type=float, default=None,
+                     help="PT samples per dimension (imperfect PT); omitted = infinite-PT oracle."),
+        click.option("--noise", type=float, default=0.0, show_default=True, help="FT label-noise std sigma."),
+        click.option("--pt-noise", type=float, default=0.0, show_default=True,
+                     help="PT label-noise std (with --alpha-pt)."),
+        click.option("--pt-magnitude", type=click.Choice(["fixed", "gaussian"]), default="fixed", show_default=True,
+                     help="PT teacher values: a_pt = 1 on the support (authors' code) or N(0, 1/rho_pt) [U]."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@click.command(context_settings=_CTX)
+@click.option("--c", type=float, default=1e-3, show_default=True, help="PT absolute init scale c (> 0).")
+@click.option("--lam", type=float, default=0.0, show_default=True, help="PT relative scale lambda in [-1, 1].")
+@click.option("--gamma", type=float, default=0.0, show_default=True, help="FT readout re-init scale gamma (>= 0).")
+@_task_options
+@click.option("--alpha", "alpha", multiple=True, help="FT samples per dimension. Repeatable.")
+@click.option("--alphas", "alpha_grid", default=None, help="Grid START:STOP:N (inclusive linspace), e.g. 0.01:0.5:80.")
+@click.option("--seeds", type=int, default=0, show_default=True,
+              help="Simulated seeds per alpha (0 = theory only).")
+@click.option("--dim", type=int, default=1000, show_default=True, help="Dimension D of the simulations.")
+@click.option("--sim-method", type=click.Choice(["implicit", "flow", "gd"]), default="implicit", show_default=True,
+              help="Simulation: exact FT interpolator argmin Q_k (implicit), gradient flow, or the authors' GD.")
+@click.option("--expectation", type=click.Choice(["quadrature", "mc"]), default="quadrature", show_default=True,
+              help="Replica expectations: deterministic quadrature, or the authors' Monte Carlo (80k samples).")
+@click.option("--lambda-reg", type=float, default=0.0, show_default=True,
+              help="Explicit regularization of the replica problem (0 = the interpolator GF reaches).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for curve.csv (+ .meta.json sidecar) and curve.png.")
+@click.option("--scheduler", default=None, help="Dask scheduler address for the simulation sweep.")
+@click.option("--workers", type=int, default=None, help="Local worker processes for the simulation sweep.")
+@format_option
+def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noise, pt_magnitude,
+          alpha, alpha_grid, seeds, dim, sim_method, expectation, lambda_reg, out, scheduler, workers, fmt):
+    """Replica learning curve E_g(alpha) of fine-tuning, optionally against simulations.
+
+    \b
+    E_g = (1/D) E||beta_hat - beta*_FT||^2 in the limit D -> inf at fixed alpha = N_FT/D, for the
+    interpolator that FT gradient flow reaches (argmin Q_k s.t. X beta = y, k from c, lam, gamma and
+    |beta_PT|). One record per alpha: inputs, error, converged (False = flagged, never hidden),
+    theta0/theta (order parameters), residual, branch (unique / forward / backward when two
+    continuation branches exist); with --seeds also sim_error_mean and sim_error_ci (95% t-interval).
+
+    \b
+    Examples:
+      ftlab theory curve --lam -0.99 --overlap 1 --rho-ft 0.01 --alphas 0.01:0.5:40
+      ftlab theory curve --gamma 10 --alpha 0.1 --alpha 0.3 --format json
+      ftlab theory curve --lam -0.99 --alphas 0.05:0.4:8 --seeds 5 --dim 1000 --out runs/iv
+      ftlab theory curve --alpha-pt 0.2 --lam -0.9 --alphas 0.02:0.3:15
+    """
+    import numpy as np
+
+    from ftlab.dln.replica.curves import learning_curve, simulate_curve
+    from ftlab.results import save_table
+    from ftlab.validate import check_int
+
+    spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
+                     noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
+    alphas = parse_alphas(alpha, alpha_grid)
+    check_int("seeds", seeds, 0)
+    df = learning_curve(spec, c=c, lam=lam, gamma=gamma, alphas=alphas, alpha_pt=alpha_pt, expectation=expectation,
+                        lambda_reg=lambda_reg)
+    inputs = {"c": c, "lam": lam, "gamma": gamma, "rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft,
+              "overlap": spec.overlap, "rho_shared": spec.rho_shared, "rho_new": spec.rho_new, "alpha_pt": alpha_pt,
+              "noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
+    if seeds > 0:
+        check_int("dim", dim, 2)
+        store = out / "simulations.jsonl" if out is not None else None
+        agg, _ = simulate_curve(rho_pt=spec.rho_pt, rho_ft=spec.rho_ft, overlap=spec.overlap, c=c, lam=lam,
+                                gamma=gamma, alphas=alphas, dim=dim, seeds=range(seeds), alpha_pt=alpha_pt,
+                                pt_magnitude=pt_magnitude, noise=noise, pt_noise=pt_noise, method=sim_method,
+                                store=store, scheduler=scheduler, workers=workers)
+        df = df.merge(agg[["alpha", "sim_error_mean", "sim_error_ci", "n_seeds"]], on="alpha", how="left")
+    for k_, v in reversed(list(inputs.items())):
+        df.insert(0, k_, v)
+    if out is not None:
+        save_table(df, Path(out) / "curve.csv", params=inputs | {"expectation": expectation, "dim": dim,
+                                                                  "seeds": seeds, "sim_method": sim_method})
+        _plot_curve(df, Path(out) / "curve.png", title=f"c={c:g}, lam={lam:g}, gamma={gamma:g}")
+    if not bool(np.all(df["converged"])):
+        click.echo(f"ftlab: warning: {int((~df['converged']).sum())} alpha point(s) did not converge "
+                   "(converged=False in the output)", err=True)
+    emit(df.to_dict("records"), fmt)
+
+
+def _plot_curve(df, path: Path, *, title: str) -> None:
+    from ftlab.plotting import new_figure, save_figure
+
+    fig, ax = new_figure()
+    ax.plot(df["alpha"], df["error"], "-", label="replica theory")
+    bad = ~df["converged"].astype(bool)
+    if bad.any():
+        ax.plot(df["alpha"][bad], df["error"][bad], "rx", label="not converged")
+    if "sim_error_mean" in df:
+        ax.errorbar(df["alpha"], df["sim_error_mean"], yerr=df["sim_error_ci"], fmt="o", ms=3, capsize=2,
+                    label="simulation (mean, 95% CI)")
+    ax.set_xlabel(r"$\alpha = N_{FT}/D$")
+    ax.set_ylabel(r"$E_g$")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+@click.command(context_settings=_CTX)
+@_task_options
+@click.option("--alpha", type=float, required=True, help="FT samples per dimension alpha_FT (> 0).")
+@click.option("--no-refine", is_flag=True, help="Grid search only (no Nelder-Mead polish).")
+@click.option("--phase-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also draw the best regime over (omega, rho_FT/rho_PT) at this alpha to this PNG (+ CSV).")
+@click.option("--phase-size", type=int, default=12, show_default=True, help="Phase-diagram grid size per axis.")
+@click.option("--scheduler", default=None, help="Dask scheduler address for the phase-diagram sweep.")
+@click.option("--workers", type=int, default=None, help="Local worker processes for the phase-diagram sweep.")
+@format_option
+def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noise, pt_magnitude, alpha, no_refine,
+           phase_out, phase_size, scheduler, workers, fmt):
+    """Best initialization (c, lambda, gamma) for given task statistics, by replica theory.
+
+    \b
+    Scans c in [1e-6, 1], lambda in (-1, 0.99], gamma in [0, 10], polishes the best point, and
+    prints it with its regime (I-IV) and predicted FT error, next to the error of each regime's
+    corner (c = 1e-3; I: lam -0.999999, gamma 1e-6; II: lam 0, gamma 0; III: gamma 10; IV: lam -0.99).
+    Beyond the paper: a search over the theory's predictions, not a claim of the paper.
+
+    \b
+    Examples:
+      ftlab theory advise --rho-ft 0.01 --overlap 1 --alpha 0.1
+      ftlab theory advise --rho-shared 0.2 --rho-new 0.05 --alpha 0.2 --format json
+      ftlab theory advise --overlap 0 --alpha 0.15 --phase-out runs/phase.png
+    """
+    import numpy as np
+
+    from ftlab.dln.advisor import CORNERS, phase_diagram
+    from ftlab.dln.advisor import advise as run_advise
+    from ftlab.results import save_table
+    from ftlab.validate import check_int
+
+    spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
+                     noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
+    adv = run_advise(spec, alpha=alpha, alpha_pt=alpha_pt, refine=not no_refine)
+    rec = {"rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft, "overlap": spec.overlap, "alpha": alpha, "alpha_pt": alpha_pt,
+           "best_c": adv.c, "best_lam": adv.lam, "best_gamma": adv.gamma, "best_regime": adv.regime,
+           "best_error": adv.error}
+    rec |= {f"corner_{n}_error": adv.corners[n] for n in CORNERS}
+    emit([rec], fmt)
+    if phase_out is not None:
+        n = check_int("phase_size", phase_size, 2)
+        ratios = np.geomspace(0.05, 5.0, n)
+        df = phase_diagram(rho_pt=spec.rho_pt, alpha=alpha, overlaps=np.linspace(0.0, 1.0, n), ratios=ratios,
+                           alpha_pt=alpha_pt, noise=noise, scheduler=scheduler, workers=workers)
+        save_table(df, Path(phase_out).with_suffix(".csv"), params={"rho_pt": spec.rho_pt, "alpha": alpha})
+        plot_phase(df, Path(phase_out), title=f"best regime, rho_PT={spec.rho_pt:g}, alpha_FT={alpha:g}")
+
+
+def plot_phase(df, path: Path, *, title: str) -> None:
+    """Heatmap of the best regime corner over (omega, rho_FT/rho_PT); infeasible cells blank."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    from ftlab.plotting import new_figure, save_figure
+
+    names = ["I", "II", "III", "IV"]
+    ov = np.sort(df["overlap"].unique())
+    ra = np.sort(df["ratio"].unique())
+    Z = np.full((len(ra), len(ov)), np.nan)
+    for _, r in df.iterrows():
+        if r["best"] in names:
+            Z[np.searchsorted(ra, r["ratio"]), np.searchsorted(ov, r["overlap"])] = names.index(r["best"])
+    fig, ax = new_figure(size=(5.0, 4.0))
+    cmap = ListedColormap(["#d62728", "#1f77b4", "#7f7f7f", "#2ca02c"])
+    mesh = ax.pcolormesh(ov, ra, Z, cmap=cmap, vmin=-0.5, vmax=3.5, shading="nearest")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"overlap $\omega$")
+    ax.set_ylabel(r"$\rho_{FT}/\rho_{PT}$")
+    ax.set_title(title, fontsize=9)
+    cb = fig.colorbar(mesh, ax=ax, ticks=range(4))
+    cb.ax.set_yticklabels(names)
+    save_figure(fig, path)
