@@ -1,0 +1,203 @@
+"""``ftlab transfer`` end to end on tiny random-config BERTs, and its bad-input contract."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from ftlab.cli.main import main
+
+transformers = pytest.importorskip("transformers")
+torch.set_num_threads(1)
+pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")
+
+
+def bert(hidden, layers, inter, seed):
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=40, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+                                  intermediate_size=inter, max_position_embeddings=16, num_labels=3)
+    return transformers.BertForSequenceClassification(cfg)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("bert")
+    A = bert(16, 2, 32, 0)
+    A.save_pretrained(root / "A")
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for p in A.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=g))
+    A.save_pretrained(root / "A_ft")
+    bert(24, 3, 40, 2).save_pretrained(root / "B")
+    g = torch.Generator().manual_seed(3)
+    am = torch.ones(12, 10, dtype=torch.long)
+    am[0, 6:] = 0
+    save_file({"input_ids": torch.randint(0, 40, (12, 10), generator=g), "attention_mask": am,
+               "labels": torch.randint(0, 3, (12,), generator=g)}, str(root / "cal.safetensors"))
+    return root
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def base_args(root, out):
+    return ["transfer", "--source-base", str(root / "A"), "--source-finetuned", str(root / "A_ft"),
+            "--target-base", str(root / "B"), "--hf-class", "BertForSequenceClassification",
+            "--data", str(root / "cal.safetensors"), "--loss", "hf", "--batch-size", "4", "--out", str(out)]
+
+
+def test_cli_end_to_end_tiny_bert(folders, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from ftlab.transfer import TaskVector, fit_transfer
+
+    out = tmp_path / "out"
+    try:
+        main(base_args(folders, out) + ["--alpha", "0.7"])
+    except SystemExit as exc:  # click may exit 0 explicitly
+        assert exc.code in (0, None)
+    capsys.readouterr()
+    tv = load_file(str(out / "task_vector.safetensors"))
+    weights = load_file(str(out / "model.safetensors"))
+    base = load_file(str(folders / "B" / "model.safetensors"))
+    # the written model is exactly B + alpha * tau_B, key for key
+    for k, v in tv.items():
+        assert torch.allclose(weights[k], base[k] + 0.7 * v, atol=1e-6)
+    # the output folder is a loadable HF model of B's architecture
+    loaded = transformers.BertForSequenceClassification.from_pretrained(out)
+    assert loaded.config.hidden_size == 24
+    # the CLI (files, subprocess-free) and the Python API agree on tau_B
+    A = transformers.BertForSequenceClassification.from_pretrained(folders / "A")
+    A_ft = transformers.BertForSequenceClassification.from_pretrained(folders / "A_ft")
+    B = transformers.BertForSequenceClassification.from_pretrained(folders / "B")
+    cal = load_file(str(folders / "cal.safetensors"))
+    batches = [{k: v[i:i + 4] for k, v in cal.items()} for i in range(0, 12, 4)]
+    api = fit_transfer(A, A_ft, B, batches, lambda m, b: m(**b).loss).task_vector
+    assert set(api) == set(tv)
+    diff = TaskVector({k: api[k] - tv[k] for k in api}).norm()
+    assert diff < 1e-5 * api.norm()
+    # the report: 2 -> 3 layers mapped in order; residual maps are 16 x 24; per-layer diagnostics present
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["layer_map"] == {"bert.encoder.layer": [0, 1, 1]}
+    q = next(r for r in rep["layers"] if r["target"] == "bert.encoder.layer.2.attention.self.query")
+    assert q["source"] == "bert.encoder.layer.1.attention.self.query"
+    assert q["in_map"] == [16, 24] and q["out_map"] == [16, 24]
+    assert 0.0 <= q["in_cka"] <= 1.0 + 1e-9
+    assert q["in_residual_fit"] <= q["in_residual_naive"] + 1e-9  # Procrustes is optimal among orthogonal maps
+    assert rep["time_s"] > 0 and rep["peak_rss_mb"] > 0
+
+
+def test_cli_refuses_pickled_checkpoint(folders, tmp_path, capsys):
+    import os
+
+    bad = tmp_path / "evil.pt"
+    torch.save({"w": torch.zeros(2), "obj": os.getcwd}, bad)  # a pickle that references arbitrary code
+    out = tmp_path / "out"
+    args = base_args(folders, out)
+    args[args.index("--target-base") + 1] = str(bad)
+    args += ["--target-arch", str(folders / "B")]
+    code, _, err = run(args, capsys)
+    assert code == 2
+    assert err.startswith("ftlab: error:") and "unpickle" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_mismatched_architecture(folders, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = base_args(folders, out)
+    args[args.index("--source-finetuned") + 1] = str(folders / "B")  # a fine-tuned A that is not A-shaped
+    code, _, err = run(args, capsys)
+    assert code == 2 and "ftlab: error:" in err and not out.exists()
+
+
+FACTORIES = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class Scale(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.gain = nn.Parameter(torch.ones(d))
+        def forward(self, x):
+            return x * self.gain
+
+    def odd():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 6), Scale(6), nn.Linear(6, 2))
+
+    def plain():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
+
+    def batches():
+        g = torch.Generator().manual_seed(0)
+        return [torch.randn(8, 4, generator=g) for _ in range(3)]
+
+    def loss(model, x):
+        return model(x).pow(2).mean()
+
+    def nan_grad_loss(model, x):
+        return torch.sqrt((model(x) * 0).abs()).sum()
+''')
+
+
+@pytest.fixture()
+def factories(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "facts.py"
+    path.write_text(FACTORIES)
+    ns: dict = {}
+    exec(FACTORIES, ns)
+    for name in ("odd", "plain"):
+        save_file({k: v.contiguous() for k, v in ns[name]().state_dict().items()}, str(tmp_path / f"{name}.safetensors"))
+    return path
+
+
+def factory_args(tmp_path, facts, arch, loss="loss"):
+    ck = str(tmp_path / f"{arch}.safetensors")
+    return ["transfer", "--source-base", ck, "--source-finetuned", ck, "--target-base", ck,
+            "--source-arch", f"{facts}:{arch}", "--target-arch", f"{facts}:{arch}", "--data", f"{facts}:batches",
+            "--loss", f"{facts}:{loss}", "--out", str(tmp_path / "out")]
+
+
+def test_cli_unsupported_layer_is_named(factories, tmp_path, capsys):
+    code, _, err = run(factory_args(tmp_path, factories, "odd"), capsys)
+    assert code == 2 and "Scale" in err and "'1'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_non_finite_gradients(factories, tmp_path, capsys):
+    code, _, err = run(factory_args(tmp_path, factories, "plain", loss="nan_grad_loss"), capsys)
+    assert code == 2 and "non-finite gradient" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_factory_path_works_and_zero_task_vector_stays_zero(factories, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    try:
+        main(factory_args(tmp_path, factories, "plain"))
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    tv = load_file(str(tmp_path / "out" / "task_vector.safetensors"))
+    assert set(tv) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert all(float(v.abs().max()) == 0.0 for v in tv.values())  # A_ft == A: nothing to transfer
+
+
+def test_cli_bad_option_values(folders, tmp_path, capsys):
+    code, _, err = run(base_args(folders, tmp_path / "o") + ["--whiten-p", "0.9"], capsys)
+    assert code == 2 and "whiten_p=0.9 is out of range" in err
+    code, _, err = run(base_args(folders, tmp_path / "o")[:-4] + ["--loss", "nomodule_xyz:f", "--out", str(tmp_path / "o")],
+                       capsys)
+    assert code == 2 and "cannot import" in err
