@@ -130,6 +130,8 @@ def advise(spec, *, alpha: float, alpha_pt: float | None = None, c_grid=DEFAULT_
     for name, (cc, ll, gg) in CORNERS.items():
         fp = predicted_error(spec, c=cc, lam=ll, gamma=gg, alpha=alpha, alpha_pt=alpha_pt)
         corners[name] = fp.error if fp.converged else math.nan
+        if fp.converged and fp.error < err:  # the corners are candidates too
+            c, lam, gamma, err = cc, ll, gg, float(fp.error)
     return Advice(c=c, lam=lam, gamma=gamma, error=err, regime=regime_of(spec, c=c, lam=lam, gamma=gamma),
                   corners=corners, grid=grid, converged=conv)
 
