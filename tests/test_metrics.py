@@ -42,7 +42,7 @@ def test_pr_same_in_sample_and_feature_space():
     assert participation_ratio(X) == pytest.approx(participation_ratio(X.T.copy()), rel=1e-12)
 
 
-def test_ensd_self_is_pr_and_bounded():
+def test_ensd_self_is_pr_and_cauchy_schwarz_bound():
     rng = np.random.default_rng(4)
     X = rng.standard_normal((200, 12)) * np.linspace(0.2, 3, 12)
     Y = X @ rng.standard_normal((12, 12)) * 0.3 + rng.standard_normal((200, 12))
@@ -50,7 +50,19 @@ def test_ensd_self_is_pr_and_bounded():
         for space in ("features", "samples"):
             assert ensd(X, X, center=center, space=space) == pytest.approx(participation_ratio(X, center=center), rel=1e-12)
             e = ensd(X, Y, center=center, space=space)
-            assert 0 <= e <= min(participation_ratio(X, center=center), participation_ratio(Y, center=center)) + 1e-9
+            bound = np.sqrt(participation_ratio(X, center=center) * participation_ratio(Y, center=center))
+            assert 0 <= e <= bound + 1e-9
+
+
+def test_ensd_counts_shared_dimensions_of_planted_subspaces():
+    # X spans coordinates 0..5, Y spans 3..8, both isotropic: 3 shared dimensions (Giaffar et al.)
+    rng = np.random.default_rng(11)
+    n = 200000
+    X = np.zeros((n, 9))
+    Y = np.zeros((n, 9))
+    X[:, :6] = rng.standard_normal((n, 6))
+    Y[:, 3:] = rng.standard_normal((n, 6))
+    assert ensd(X, Y) == pytest.approx(3.0, rel=0.02)
 
 
 def test_ensd_disjoint_subspaces_is_zero():

@@ -15,8 +15,9 @@ With ``K = X^T X`` (features x features; columns mean-centred first when ``cente
 * effective number of shared dimensions (Giaffar, Rangel Buitrago, Rajan, Vidne, Kanitscheider
   2023, "The effective number of shared dimensions: a simple method for revealing shared structure
   between datasets") ``ENSD(X, Y) = tr(K1) tr(K2) tr(K1 K2) / (tr(K1^2) tr(K2^2))``; ``ENSD(X, X) =
-  PR(X)`` and ``ENSD <= min(PR(X), PR(Y))``. ``space="features"`` (default) uses ``K = X^T X`` as the
-  ENSD code of Lippl & Lindsey (2024) does (X and Y need the same features, e.g. one layer before
+  PR(X)`` and ``0 <= ENSD <= sqrt(PR(X) PR(Y))`` (Cauchy-Schwarz); two isotropic representations
+  spanning subspaces that share k dimensions have ENSD ~ k. ``space="features"`` (default) uses
+  ``K = X^T X`` as the ENSD code of Lippl & Lindsey (2024) does (X and Y need the same features, e.g. one layer before
   and after fine-tuning); ``space="samples"`` uses the Gram matrices ``K = X X^T`` of Giaffar et al.
   (X and Y need the same samples, any feature counts).
 * linear CKA (Kornblith, Norouzi, Lee, Hinton 2019, "Similarity of neural network
@@ -98,7 +99,7 @@ def ensd(X, Y, *, center: bool = False, space: str = "features") -> float:
     ``ENSD = tr(K1) tr(K2) tr(K1 K2) / (tr(K1^2) tr(K2^2))``. With ``space="features"`` (default,
     ``K = X^T X``), X ``(n1, p)`` and Y ``(n2, p)`` must share features; with ``space="samples"``
     (``K = X X^T``), X ``(n, p)`` and Y ``(n, q)`` must share samples. Satisfies ``ENSD(X, X) =
-    PR(X)`` and ``0 <= ENSD <= min(PR(X), PR(Y))``.
+    PR(X)`` and ``0 <= ENSD <= sqrt(PR(X) PR(Y))`` (Cauchy-Schwarz).
     """
     check_choice("space", space, ("features", "samples"))
     X = as_matrix(X, "X")

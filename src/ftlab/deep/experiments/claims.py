@@ -19,7 +19,7 @@ Claims (Anguita et al. 2026, spec theory.md Section 6 claim 7 and Section 7.1):
    over the baseline correlates negatively with the change of the post-FT participation ratio of
    the penultimate layer (effect = minus the Pearson correlation);
 6. ... while keeping it aligned with the pretrained one: the gain correlates positively with the
-   change of the normalized ENSD ``ENSD / min(PR_pre, PR_post)`` (in [0, 1]) of that layer;
+   change of the normalized ENSD ``ENSD / sqrt(PR_pre PR_post)`` (in [0, 1]) of that layer;
 7. Transformers: lower balancedness helps (accuracy at the lowest minus at the highest swept
    balancedness) on new-prime tasks, on reuse tasks, and more on new-prime than on reuse tasks.
 """
@@ -131,7 +131,7 @@ def _geometry_claims(ft: pd.DataFrame, task: str) -> list[Claim]:
     if col_post not in ft.columns:
         return []
     g = ft[ft[col_post].notna()].copy()
-    g["align"] = g[col_e] / np.minimum(g[col_pre], g[col_post])
+    g["align"] = g[col_e] / np.sqrt(g[col_pre] * g[col_post])
     rows_pr, rows_al = {}, {}
     for seed, s in g.groupby("seed"):
         base = s[s.intervention == "none"].set_index("n_ft")
@@ -152,7 +152,7 @@ def _geometry_claims(ft: pd.DataFrame, task: str) -> list[Claim]:
                f"-corr over interventions of (acc gain, change of post-FT PR at layer '{L}') vs baseline", 0.1,
                correlation=True),
         _claim(f"successful interventions keep ENSD with the pre-FT representation high [{task}]", pd.Series(rows_al),
-               f"corr over interventions of (acc gain, change of ENSD/min(PR_pre, PR_post) at layer '{L}')", 0.1,
+               f"corr over interventions of (acc gain, change of ENSD/sqrt(PR_pre PR_post) at layer '{L}')", 0.1,
                correlation=True),
     ]
 
