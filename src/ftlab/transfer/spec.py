@@ -99,13 +99,17 @@ class TransportSpec:
         return [p for p in self.points if p in seen]
 
 
+def _j(name: str, attr: str) -> str:
+    return f"{name}.{attr}" if name else attr
+
+
 def _linear_rules(name: str, mod: nn.Module, weight_kind: str = "weight") -> tuple[Point, dict]:
     w = mod.weight
     d_out, d_in = (w.shape[1], w.shape[0]) if weight_kind == "weight_t" else (w.shape[0], w.shape[1])
     pt = Point(name, "linear", int(d_in), int(d_out))
-    rules = {f"{name}.weight": (Rule(f"{name}.weight", weight_kind, name),)}
+    rules = {_j(name, "weight"): (Rule(_j(name, "weight"), weight_kind, name),)}
     if getattr(mod, "bias", None) is not None:
-        rules[f"{name}.bias"] = (Rule(f"{name}.bias", "out_vector", name),)
+        rules[_j(name, "bias")] = (Rule(_j(name, "bias"), "out_vector", name),)
     return pt, rules
 
 
@@ -126,13 +130,13 @@ def _module_spec(name: str, mod: nn.Module) -> tuple[list[Point], dict] | None:
         c_out, c_in, kh, kw = mod.weight.shape
         pt = Point(name, "conv2d", int(c_in * kh * kw), int(c_out),
                    (tuple(mod.kernel_size), tuple(mod.stride), tuple(mod.padding), tuple(mod.dilation)))
-        rules = {f"{name}.weight": (Rule(f"{name}.weight", "weight", name),)}
+        rules = {_j(name, "weight"): (Rule(_j(name, "weight"), "weight", name),)}
         if mod.bias is not None:
-            rules[f"{name}.bias"] = (Rule(f"{name}.bias", "out_vector", name),)
+            rules[_j(name, "bias")] = (Rule(_j(name, "bias"), "out_vector", name),)
         return [pt], rules
     if isinstance(mod, nn.Embedding):
         pt = Point(name, "embedding", int(mod.num_embeddings), int(mod.embedding_dim))
-        return [pt], {f"{name}.weight": (Rule(f"{name}.weight", "embedding", name),)}
+        return [pt], {_j(name, "weight"): (Rule(_j(name, "weight"), "embedding", name),)}
     if isinstance(mod, nn.MultiheadAttention):
         if mod.bias_k is not None or mod.add_zero_attn:
             raise ValueError(f"module {name!r} (MultiheadAttention with add_bias_kv/add_zero_attn) is not supported")
@@ -142,24 +146,24 @@ def _module_spec(name: str, mod: nn.Module) -> tuple[list[Point], dict] | None:
                Point(v, "linear", mod.vdim, E), Point(o, "linear", E, E)]
         rules: dict = {}
         if mod._qkv_same_embed_dim:
-            rules[f"{name}.in_proj_weight"] = tuple(Rule(f"{name}.in_proj_weight", "weight", p, (i, 3))
+            rules[_j(name, "in_proj_weight")] = tuple(Rule(_j(name, "in_proj_weight"), "weight", p, (i, 3))
                                                     for i, p in enumerate((q, k, v)))
         else:
             for p, attr in ((q, "q_proj_weight"), (k, "k_proj_weight"), (v, "v_proj_weight")):
-                rules[f"{name}.{attr}"] = (Rule(f"{name}.{attr}", "weight", p),)
+                rules[_j(name, attr)] = (Rule(_j(name, attr), "weight", p),)
         if mod.in_proj_bias is not None:
-            rules[f"{name}.in_proj_bias"] = tuple(Rule(f"{name}.in_proj_bias", "out_vector", p, (i, 3))
+            rules[_j(name, "in_proj_bias")] = tuple(Rule(_j(name, "in_proj_bias"), "out_vector", p, (i, 3))
                                                   for i, p in enumerate((q, k, v)))
-        rules[f"{name}.out_proj.weight"] = (Rule(f"{name}.out_proj.weight", "weight", o),)
+        rules[_j(name, "out_proj.weight")] = (Rule(_j(name, "out_proj.weight"), "weight", o),)
         if mod.out_proj.bias is not None:
-            rules[f"{name}.out_proj.bias"] = (Rule(f"{name}.out_proj.bias", "out_vector", o),)
+            rules[_j(name, "out_proj.bias")] = (Rule(_j(name, "out_proj.bias"), "out_vector", o),)
         return pts, rules
     if is_norm(mod):
         own = dict(mod.named_parameters(recurse=False))
         d = int(next(iter(own.values())).shape[0])
         kind = "norm2d" if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm)) else "norm"
         pt = Point(name, kind, d, d)
-        return [pt], {f"{name}.{p}" if name else p: (Rule(f"{name}.{p}" if name else p, "out_vector", name),) for p in own}
+        return [pt], {_j(name, p): (Rule(_j(name, p), "out_vector", name),) for p in own}
     return None
 
 
@@ -190,7 +194,7 @@ def infer_spec(model: nn.Module, *, zero_params: Iterable[str] = DEFAULT_ZERO,
         own = [p for p, _ in mod.named_parameters(recurse=False)]
         if not own or any(name.startswith(h + ".") for h in mha_names):
             continue
-        full = [f"{name}.{p}" if name else p for p in own]
+        full = [_j(name, p) for p in own]
         if all(any(fnmatch.fnmatchcase(f, z) for z in zero_params) or f in overrides for f in full):
             continue  # every parameter handled below without needing the module type
         res = _module_spec(name, mod)
