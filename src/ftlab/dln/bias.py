@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftlab.validate import check_finite, check_nonnegative, check_positive, check_range
+from ftlab.validate import check_finite, check_positive
 
 __all__ = [
     "q_k",
@@ -39,6 +39,7 @@ __all__ = [
     "Q_k",
     "k_from_pt",
     "c_ft_from_pt",
+    "check_scales",
     "InterpolatorResult",
     "solve_implicit_bias",
     "min_l1_interpolator",
@@ -108,22 +109,43 @@ def Q_k(beta, k) -> float:  # noqa: N802 - the paper's name
     return float(np.sum(q_k(beta, k)))
 
 
-def c_ft_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
+def _bad(name: str, arr: np.ndarray, ok: np.ndarray, rule: str):
+    bad = arr[~ok] if arr.ndim else arr
+    v = float(np.ravel(bad)[0])
+    raise ValueError(f"{name}={v!r} is out of range: must be {rule}")
+
+
+def check_scales(*, c, lam, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validate the init scales (scalars or broadcastable arrays): c > 0, lam in [-1, 1], gamma >= 0, all finite."""
+    out = []
+    for name, v, test, rule in [("c", c, lambda a: a > 0, "> 0"), ("lam", lam, lambda a: (a >= -1) & (a <= 1), "in [-1, 1]"),
+                                ("gamma", gamma, lambda a: a >= 0, ">= 0")]:
+        a = np.asarray(v, dtype=np.float64)
+        if a.ndim == 0:
+            check_finite(name, float(a))
+        else:
+            check_finite(name, a)
+        ok = test(a)
+        if not np.all(ok):
+            _bad(name, a, ok, rule)
+        out.append(a)
+    return tuple(out)
+
+
+def c_ft_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:
     """Per-coordinate FT invariant ``c_FT,d = sqrt(k_d)/2`` after PT and the FT reset.
 
     ``c_FT,d = (1 + lam)(c + sqrt(c^2 + beta_PT,d^2)) + gamma^2 / 2`` (spec §1.3, §3.2), which equals
     ``(w+_PT + w-_PT)^2 + gamma^2/2`` for the summed first layer and readout ``gamma/sqrt(2)``.
-    Only ``|beta_PT|`` enters. Shapes: ``beta_pt`` (D,) or any; returns the same shape.
+    Only ``|beta_PT|`` enters. All arguments broadcast (scales may be arrays too).
     """
-    check_positive("c", c)
-    check_range("lam", lam, -1.0, 1.0)
-    check_nonnegative("gamma", gamma)
+    c, lam, gamma = check_scales(c=c, lam=lam, gamma=gamma)
     b = np.asarray(beta_pt, dtype=np.float64)
     check_finite("beta_pt", b)
     return (1.0 + lam) * (c + np.hypot(c, b)) + 0.5 * gamma**2
 
 
-def k_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
+def k_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:
     """FT geometry ``k_d`` from the PT solution (Anguita et al. 2026, Theorem 4.1).
 
     ``k_d = (2 c (1 + lam)(1 + sqrt(1 + (beta_PT,d / c)^2)) + gamma^2)^2``.
