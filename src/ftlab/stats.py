@@ -8,9 +8,11 @@ Memory is ``O(p q)`` (plus ``O(p^2 + q^2)`` with second moments), independent of
 rows. Two accumulators over disjoint data merge exactly (``merge``), so statistics can be gathered
 in parallel.
 
-Sums are held in float64. By default each batch product is also formed in float64, so streaming
-equals a one-shot float64 computation up to summation order. ``batch_dtype=torch.float32`` forms
-each batch product in float32 (faster on CPU) and adds it to the float64 running sums.
+Sums are held in float64. Each batch product is formed in ``batch_dtype``; the default (``None``)
+uses the data's own dtype, at least float32: float64 data give float64 products, so streaming equals
+a one-shot float64 computation up to summation order; float32 data (a float32 model) give float32
+batch products added to float64 running sums, about twice as fast on CPU as forming them in float64.
+Pass ``batch_dtype=torch.float64`` to force float64 products.
 
 Used by :mod:`ftlab.transfer` (cross-covariances for Procrustes maps; linear CKA, Kornblith et al.
 2019, computed from the streamed sums).
@@ -23,6 +25,12 @@ import math
 import torch
 
 __all__ = ["Moments", "CrossMoments"]
+
+
+def _product_dtype(x: torch.Tensor, batch_dtype: torch.dtype | None) -> torch.dtype:
+    if batch_dtype is not None:
+        return batch_dtype
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _as_rows(x, dim: int, name: str) -> torch.Tensor:
@@ -43,10 +51,11 @@ class Moments:
         Also accumulate ``sum_n x_n x_n^T`` (``p x p``); needed for centering-aware Grams,
         whitening and CKA.
     batch_dtype:
-        dtype in which each batch product is formed before being added to the float64 sums.
+        dtype in which each batch product is formed before being added to the float64 sums
+        (``None``: the data's dtype, at least float32).
     """
 
-    def __init__(self, dim: int, *, second: bool = False, batch_dtype: torch.dtype = torch.float64):
+    def __init__(self, dim: int, *, second: bool = False, batch_dtype: torch.dtype | None = None):
         if dim < 1:
             raise ValueError(f"dim={dim} is out of range: must be an integer >= 1")
         self.dim = int(dim)
@@ -61,7 +70,7 @@ class Moments:
         self.n += x.shape[0]
         self.sum += x.sum(0, dtype=torch.float64)
         if self.gram is not None:
-            xb = x.to(self.batch_dtype)
+            xb = x.to(_product_dtype(x, self.batch_dtype))
             self.gram += (xb.T @ xb).to(torch.float64)
         return self
 
@@ -97,7 +106,7 @@ class CrossMoments:
     whitening, the alignment residual ``||A R - B||_F`` and linear CKA.
     """
 
-    def __init__(self, dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype = torch.float64):
+    def __init__(self, dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype | None = None):
         self.a = Moments(dim_a, second=second, batch_dtype=batch_dtype)
         self.b = Moments(dim_b, second=second, batch_dtype=batch_dtype)
         self.batch_dtype = batch_dtype
@@ -120,7 +129,8 @@ class CrossMoments:
             raise ValueError(f"a has {a.shape[0]} rows but b has {b.shape[0]}: rows must be aligned one to one")
         self.a.update(a)
         self.b.update(b)
-        self.cross += (a.to(self.batch_dtype).T @ b.to(self.batch_dtype)).to(torch.float64)
+        dt = _product_dtype(a if a.dtype == torch.float64 else b, self.batch_dtype)
+        self.cross += (a.to(dt).T @ b.to(dt)).to(torch.float64)
         return self
 
     def merge(self, other: CrossMoments) -> CrossMoments:

@@ -47,8 +47,10 @@ class TransferResult:
     """The target task vector and how it was obtained.
 
     ``fits[target_point] = (fit_in, fit_out)`` (:class:`~ftlab.transfer.align.MapFit` or None),
-    ``pairs[target_point] = source_point``; ``layer_map`` per stack; ``time_s`` wall time;
-    ``peak_rss_mb`` the process's peak resident memory so far (``getrusage``).
+    ``pairs[target_point] = source_point``; ``layer_map`` per stack; ``time_s`` wall time, split
+    in ``timings`` (``calibration_s``: the forward-backward pass with capture and statistics;
+    ``fit_s``: all map solves; ``apply_s``: transport); ``peak_rss_mb`` the process's peak resident
+    memory so far (``getrusage``).
     """
 
     task_vector: TaskVector
@@ -61,11 +63,12 @@ class TransferResult:
     time_s: float = 0.0
     peak_rss_mb: float = 0.0
     source_norms: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    point_norms: dict = field(default_factory=dict)
 
     def layers(self) -> list[dict]:
         """One record per target capture point: map shapes, CKA, alignment residuals, delta norms."""
         rows = []
-        tv = self.task_vector
         for tp, sp in self.pairs.items():
             rec: dict = {"target": tp, "source": sp}
             for side, fit in zip(("in", "out"), self.fits.get(tp, (None, None))):
@@ -73,18 +76,34 @@ class TransferResult:
                     rec.update({f"{side}_map": list(fit.R.shape), f"{side}_source": fit.source, f"{side}_rows": fit.n_rows,
                                 f"{side}_rank": fit.rank, f"{side}_cka": fit.cka,
                                 f"{side}_residual_naive": fit.residual_naive, f"{side}_residual_fit": fit.residual})
-            params = [k for k in tv if k.startswith(tp + ".") and "." not in k[len(tp) + 1:]]
-            rec["target_norm"] = sum(tv.norms()[k] ** 2 for k in params) ** 0.5 if params else 0.0
+            rec.update(self.point_norms.get(tp, {}))
             rows.append(rec)
         return rows
 
     def report(self) -> dict:
         """A JSON-ready summary (the CLI writes it)."""
         return {"method": self.method, "options": self.options, "layer_map": self.layer_map, "n_batches": self.n_batches,
-                "time_s": self.time_s, "peak_rss_mb": self.peak_rss_mb, "source_norm": self.source_norms.get("total"),
+                "time_s": self.time_s, "timings": self.timings, "peak_rss_mb": self.peak_rss_mb,
+                "source_norm": self.source_norms.get("total"),
                 "target_norm": self.task_vector.norm(), "layers": self.layers(),
                 "parameters": [{"name": k, "shape": list(v.shape), "norm": float(v.double().norm())}
                                for k, v in self.task_vector.items()]}
+
+
+def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVector, tau_b: TaskVector) -> dict:
+    """Frobenius norms of the source and target deltas carried by each target point's maps."""
+    from ftlab.transfer.transport import fused_block
+
+    sq: dict[str, list[float]] = {tp: [0.0, 0.0] for tp in pairs}
+    for pname, rules in spec.rules.items():
+        src = lmap.source_name(pname)
+        for r in rules:
+            if r.kind == "zero" or r.point not in sq:
+                continue
+            sq[r.point][1] += float(fused_block(tau_b[pname], r.part).double().pow(2).sum())
+            if src is not None and src in tau_a:
+                sq[r.point][0] += float(fused_block(tau_a[src], r.part).double().pow(2).sum())
+    return {tp: {"source_norm": a ** 0.5, "target_norm": b ** 0.5} for tp, (a, b) in sq.items()}
 
 
 def _method_with_options(method: str, options: dict):
@@ -100,7 +119,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
                  target_batches: Iterable | None = None, seq_align: str = "identity", n_prefix: int | None = None,
                  padding_mask="auto", seq_first: bool = False, zero_params: Iterable[str] = DEFAULT_ZERO,
                  source_overrides: Mapping | None = None, target_overrides: Mapping | None = None,
-                 diagnostics: bool = False, batch_dtype: torch.dtype = torch.float64, cka_batches: int = 4,
+                 diagnostics: bool = False, batch_dtype: torch.dtype | None = None, cka_batches: int = 4,
                  **method_options) -> TransferResult:
     """Like :func:`transfer`, but returns a :class:`TransferResult` with per-layer diagnostics.
 
@@ -138,6 +157,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     stats = None
     pairs: dict[str, str] = {}
     n_batches = 0
+    t_cal = time.perf_counter()
     if m.calibration == "maps":
         if loss is None:
             raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
@@ -173,15 +193,19 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
         n_batches = stats["n_batches"]
     else:
         problem = TransferProblem(lmap, target_shapes)
+    t_fit = time.perf_counter()
     m.prepare(problem, stats)
+    t_apply = time.perf_counter()
     tau_b = m.apply(tau_a)
+    timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}
     fits = dict(getattr(m, "fits", {}))
+    point_norms = _point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {}
     options = {"depth_map": depth_map, "seq_align": seq_align, "n_prefix": n_prefix, "seq_first": seq_first,
                "zero_params": list(zero_params), "diagnostics": diagnostics, "batch_dtype": str(batch_dtype),
                **{k: v for k, v in method_options.items() if isinstance(v, (int, float, str, bool, type(None)))}}
     return TransferResult(task_vector=tau_b, method=method, options=options, layer_map=lmap.as_dict(), pairs=pairs,
                           fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
-                          source_norms={"total": tau_a.norm()})
+                          source_norms={"total": tau_a.norm()}, timings=timings, point_norms=point_norms)
 
 
 def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,

@@ -99,7 +99,7 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                        target_spec: TransportSpec, requirements: Mapping[str, dict], pairs_iter: Iterable,
                        total: int | None, loss: Callable, seq_align: str = "identity", n_prefix: int | None = None,
                        padding_mask="auto", seq_first: bool = False, second: bool = False,
-                       batch_dtype: torch.dtype = torch.float64) -> tuple[dict, int]:
+                       batch_dtype: torch.dtype | None = None) -> tuple[dict, int]:
     """Stream the cross-covariances ``stats[(tp, side)]`` over all calibration batches; returns ``(stats, n_batches)``."""
     stats: dict[tuple[str, str], CrossMoments] = {}
     for tp, sp in pairs.items():

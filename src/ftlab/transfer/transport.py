@@ -16,7 +16,7 @@ from ftlab.transfer.layer_map import LayerMap
 from ftlab.transfer.spec import Rule, TransportSpec
 from ftlab.transfer.task_vector import TaskVector
 
-__all__ = ["pad_truncate", "transport"]
+__all__ = ["fused_block", "pad_truncate", "transport"]
 
 
 def pad_truncate(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
@@ -29,7 +29,7 @@ def pad_truncate(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return out
 
 
-def _block(t: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+def fused_block(t: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
     i, n = part
     if t.shape[0] % n:
         raise ValueError(f"a tensor of shape {tuple(t.shape)} cannot be split into {n} equal blocks")
@@ -90,7 +90,7 @@ def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: M
                 R_in, R_out = maps[rule.point]
                 n = rule.part[1]
                 blk_shape = (shape[0] // n,) + shape[1:]
-                val = _apply_rule(rule, _block(tau_a[src], rule.part), blk_shape, R_in, R_out, src)
+                val = _apply_rule(rule, fused_block(tau_a[src], rule.part), blk_shape, R_in, R_out, src)
                 i = rule.part[0]
                 res[i * blk_shape[0]:(i + 1) * blk_shape[0]] = val
         out[pname] = (depth_scale * res).to(dtype)
