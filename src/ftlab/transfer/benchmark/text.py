@@ -28,10 +28,13 @@ __all__ = ["TextTaskData", "TextClassifier", "load_text_task", "features", "fit_
 
 @dataclass(frozen=True)
 class TextTaskData:
-    """Tokenized splits: ``*_inputs`` are dicts of int64 tensors ``(n, max_length)``
+    """Tokenized splits (``probe``: fits each base's frozen head; ``train``: fine-tuning, calibration and
+    the scoring probe; ``val``: alpha search; ``test``: scores): ``*_inputs`` are dicts of int64 tensors ``(n, max_length)``
     (``input_ids``, ``attention_mask``); labels are int64 tensors in ``0..n_classes-1``."""
 
     classes: tuple[str, ...]
+    probe_inputs: dict
+    y_probe: object
     train_inputs: dict
     y_train: object
     val_inputs: dict
@@ -40,16 +43,16 @@ class TextTaskData:
     y_test: object
 
 
-def load_text_task(tokenizer, *, n_classes: int = 8, n_train: int = 400, n_val: int = 200, n_test: int = 800,
-                   max_length: int = 32, seed: int = 0, wordnet_path=None) -> TextTaskData:
+def load_text_task(tokenizer, *, n_classes: int = 8, n_probe: int = 400, n_train: int = 400, n_val: int = 200,
+                   n_test: int = 800, max_length: int = 32, seed: int = 0, wordnet_path=None) -> TextTaskData:
     """WordNet gloss -> supersense, the ``n_classes`` most frequent supersenses.
 
-    Validation and test glosses are fixed (independent of ``seed``); the training glosses are drawn
-    by ``seed`` from the rest. ``tokenizer`` is a Hugging Face tokenizer (MiniLM's).
+    Probe, validation and test glosses are fixed (independent of ``seed``); the training glosses are
+    drawn by ``seed`` from the rest. ``tokenizer`` is a Hugging Face tokenizer (MiniLM's).
     """
     from ftlab.data.text import load_wordnet_supersenses
 
-    for k, v in (("n_classes", n_classes), ("n_train", n_train), ("n_val", n_val), ("n_test", n_test),
+    for k, v in (("n_classes", n_classes), ("n_probe", n_probe), ("n_train", n_train), ("n_val", n_val), ("n_test", n_test),
                  ("max_length", max_length)):
         check_int(k, v, 1)
     wn = load_wordnet_supersenses(wordnet_path)
@@ -60,9 +63,12 @@ def load_text_task(tokenizer, *, n_classes: int = 8, n_train: int = 400, n_val: 
     idx = np.flatnonzero(np.isin(wn.labels, keep))
     local = np.searchsorted(keep, wn.labels[idx])
     order = np.random.default_rng(2024).permutation(len(idx))
-    if n_val + n_test + n_train > len(order):
-        raise ValueError(f"n_train + n_val + n_test = {n_train + n_val + n_test} is out of range: only {len(order)} glosses")
-    val, test, pool = order[:n_val], order[n_val:n_val + n_test], order[n_val + n_test:]
+    fixed = n_probe + n_val + n_test
+    if fixed + n_train > len(order):
+        raise ValueError(f"n_probe + n_train + n_val + n_test = {fixed + n_train} is out of range: "
+                         f"only {len(order)} glosses")
+    probe, val, test = order[:n_probe], order[n_probe:n_probe + n_val], order[n_probe + n_val:fixed]
+    pool = order[fixed:]
     train = np.random.default_rng(seed).choice(pool, size=n_train, replace=False)
 
     def encode(sel):
@@ -70,10 +76,11 @@ def load_text_task(tokenizer, *, n_classes: int = 8, n_train: int = 400, n_val: 
         enc = tokenizer(texts, padding="max_length", truncation=True, max_length=max_length, return_tensors="pt")
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}, torch.from_numpy(local[sel])
 
+    pr, ypr = encode(probe)
     tr, ytr = encode(train)
     va, yva = encode(val)
     te, yte = encode(test)
-    return TextTaskData(tuple(wn.classes[k] for k in keep), tr, ytr, va, yva, te, yte)
+    return TextTaskData(tuple(wn.classes[k] for k in keep), pr, ypr, tr, ytr, va, yva, te, yte)
 
 
 def _mean_pool(hidden, mask):
@@ -119,7 +126,8 @@ def features(model, inputs, *, batch_size: int = 128) -> np.ndarray:
 def _logreg(feats: np.ndarray, labels: np.ndarray, c: float):
     from sklearn.linear_model import LogisticRegression
 
-    mu, sd = feats.mean(0), feats.std(0) + 1e-8
+    mu = feats.mean(0)
+    sd = float(np.sqrt(((feats - mu) ** 2).sum(1).mean())) + 1e-12  # one scale: features of unit mean norm
     clf = LogisticRegression(C=c, max_iter=2000)
     clf.fit((feats - mu) / sd, labels)
     return clf, mu, sd
@@ -127,8 +135,9 @@ def _logreg(feats: np.ndarray, labels: np.ndarray, c: float):
 
 def fit_probe(model, inputs, labels, *, c: float = 1.0):
     """Linear probe on ``model``'s frozen features: an ``nn.Linear(width, k)`` computing the logits of an
-    L2-regularised logistic regression (``C = c``) fitted on standardized features (the
-    standardization is folded into the weights)."""
+    L2-regularised logistic regression (``C = c``) fitted on centred features scaled to unit mean
+    norm (one scalar for all features, so no near-constant feature gets a huge weight; the
+    centring and scale are folded into the weights)."""
 
     clf, mu, sd = _logreg(features(model, inputs), np.asarray(labels), c)
     w = clf.coef_ / sd
