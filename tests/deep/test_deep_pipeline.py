@@ -136,3 +136,22 @@ def test_modular_claims_difference_in_differences():
     assert got["lower balancedness helps Transformer FT on new-prime tasks"].effect == pytest.approx(0.10)
     assert got["lower balancedness helps most on new-prime tasks"].effect == pytest.approx(0.08)
     assert got["lower balancedness helps most on new-prime tasks"].verdict == "reproduced"
+
+
+@pytest.mark.skipif(not _have_images(), reason="Fashion-MNIST / MNIST not installed")
+def test_report_section_renders_claims_and_figures(tmp_path, monkeypatch):
+    from ftlab.report import ReportContext
+    from ftlab.report.deep import run
+
+    monkeypatch.setattr(R, "QUICK", (
+        R.ResNetProtocol(width=2, n_pt=32, pt_epochs=1, batch_size=16, ft_max_steps=2, n_test=40, n_geometry=12,
+                         geometry_at=(6,)),
+        R.ResNetGrid(seeds=(0, 1), tasks=("mnist",), n_ft=(6,), kappa=(0.5,), s=(2.0,), gamma=(0.1,))))
+    monkeypatch.setattr(M, "QUICK", (M.ModularProtocol(modulus=6, d_model=8, n_heads=2, d_mlp=8, pt_steps=2, ft_steps=2),
+                                     M.ModularGrid(seeds=(0, 1), reuse=(3,), new=(5,), balancedness=(-0.5, 0.5))))
+    md = run(ReportContext(out_dir=tmp_path, workers=1))
+    table = pd.read_csv(tmp_path / "deep" / "claims.csv")
+    assert set(table.verdict) <= {"reproduced", "not reproduced", "inconclusive"}
+    for claim in table.claim:
+        assert claim in md
+    assert "](deep/fig_resnet_accuracy.png)" in md and (tmp_path / "deep" / "fig_resnet_accuracy.png").exists()
