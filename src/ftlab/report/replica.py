@@ -1,0 +1,538 @@
+"""Report section ``replica``: replica learning curves vs simulation, the paper's diagonal-network figures.
+
+Named figures (``ftlab reproduce replica --figure NAME``):
+
+* ``fig3``: c, gamma and lambda sweeps of E_g(alpha) for omega in {0, 0.5, 1}, new-feature and
+  sparse-subset variants (spec §6, "Fig. 3"), theory lines with simulated points;
+* ``fig4``: the four regimes on three task types, with the spec §5.6(c) numbers side by side;
+* ``lorder``: l-order and PD maps over (|beta_PT|, lambda), (|beta_PT|, c), (|beta_PT|, gamma);
+* ``single_task``: lambda does not matter in pretraining;
+* ``imperfect_pt``: negative lambda helping under full overlap when PT is imperfect.
+
+Quick mode (default): coarse alpha grids, D = 300-400 simulations with 2-3 seeds, the exact FT
+interpolator as the simulated endpoint. ``--full``: the paper's 80-point grids and D = 2000 with 14 seeds.
+All sweeps go through :func:`ftlab.sweep.run_sweep` with stores under ``<out>/replica/`` (resumable).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FIGURES = ("fig3", "fig4", "lorder", "single_task", "imperfect_pt")
+REGIMES = {"II": (0.0, 0.0), "IV": (-0.99, 0.0), "I": (-0.999999, 1e-6), "III": (0.0, 10.0)}
+TASKS = {"new features (omega 0, rho_FT 0.1)": (0.0, 0.1), "same features (omega 1, rho_FT 0.1)": (1.0, 0.1),
+         "sparse subset (omega 1, rho_FT 0.01)": (1.0, 0.01)}
+SPEC_TABLE_C = {  # spec §5.6(c) [D]: the spec author's quadrature (GH 201, lambda_reg 1e-6), not the paper's numbers
+    (0.0, 0.1): {"II": [1.563, 1.417, 0.894, 0.440, 0.021], "IV": [1.179, 1.020, 0.595, 0.213, 0.0005],
+                 "I": [1.113, 0.942, 0.495, 0.120, 0.0], "III": [0.950, 0.900, 0.801, 0.701, 0.501]},
+    (1.0, 0.1): {"II": [0.520, 0.135, 0.0009, 0.0001, 0], "IV": [0.685, 0.372, 0.024, 0, 0],
+                 "I": [0.877, 0.608, 0.145, 0.0001, 0], "III": [0.948, 0.897, 0.794, 0.693, 0.491]},
+    (1.0, 0.01): {"II": [0.196, 0.012, 0.0001, 0, 0], "IV": [0.022, 0.0001, 0, 0, 0],
+                  "I": [0.012, 0, 0, 0, 0], "III": [0.948, 0.897, 0.794, 0.692, 0.489]},
+}
+TABLE_ALPHAS = [0.05, 0.1, 0.2, 0.3, 0.5]
+
+
+def _size(ctx):
+    if ctx.full:
+        return {"alphas": list(np.linspace(0.01, 0.5, 80)), "sim_alphas": list(np.linspace(0.01, 0.5, 11)),
+                "dim": 2000, "seeds": list(range(14))}
+    return {"alphas": list(np.linspace(0.01, 0.5, 25)), "sim_alphas": [0.05, 0.15, 0.25, 0.35, 0.45], "dim": 300,
+            "seeds": [0, 1]}
+
+
+def _curves(ctx, name, settings, alphas):
+    """Replica curves for a list of setting dicts (curve_records kwargs without alphas), one sweep point each."""
+    from ftlab.dln.replica.curves import curve_records
+    from ftlab.sweep import run_sweep
+
+    points = [dict(s, alphas=[float(a) for a in alphas]) for s in settings]
+    df = run_sweep(curve_records, points, store=ctx.section_dir("replica") / f"{name}_theory.jsonl",
+                   scheduler=ctx.scheduler, workers=ctx.workers, desc=f"{name} theory")
+    return df.drop(columns=["alphas"])
+
+
+def _sims(ctx, name, settings, alphas, dim, seeds):
+    """Simulated errors (exact FT interpolator) for settings x alphas x seeds; aggregated mean and 95% CI."""
+    from scipy import stats
+
+    from ftlab.dln.replica.curves import simulate_point
+    from ftlab.sweep import run_sweep
+
+    points = [dict(s, alpha=float(a), dim=int(dim), seed=int(sd)) for s in settings for a in alphas for sd in seeds]
+    raw = run_sweep(simulate_point, points, store=ctx.section_dir("replica") / f"{name}_sims.jsonl",
+                    scheduler=ctx.scheduler, workers=ctx.workers, desc=f"{name} simulations")
+    keys = [k for k in raw.columns if k not in ("seed", "sim_error", "sim_converged")]
+    rows = []
+    for key, g in raw.groupby(keys, dropna=False, sort=False):
+        e = g.sim_error.to_numpy()
+        n = len(e)
+        half = float(stats.t.ppf(0.975, n - 1) * e.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+        rows.append(dict(zip(keys, key)) | {"sim_mean": float(e.mean()), "sim_ci": half, "n": n})
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def _match(df, s):
+    m = np.ones(len(df), dtype=bool)
+    for k, v in s.items():
+        if v is None:
+            m &= df[k].isna().to_numpy()
+        else:
+            m &= np.isclose(df[k].to_numpy(dtype=float), float(v))
+    return df[m]
+
+
+def _agreement(theory, sims, settings):
+    """Fraction of simulated points whose 95% CI (+ 2e-3) contains the replica prediction."""
+    inside = total = 0
+    for s in settings:
+        th = _match(theory, s)
+        sm = _match(sims, s)
+        for _, r in sm.iterrows():
+            pred = np.interp(r.alpha, th.alpha, th.error)
+            exact = th[np.isclose(th.alpha, r.alpha)]
+            if len(exact):
+                pred = float(exact.error.iloc[0])
+            inside += int(abs(r.sim_mean - pred) <= (r.sim_ci if np.isfinite(r.sim_ci) else 0) + 2e-3)
+            total += 1
+    return inside, total
+
+
+def _verdict(ok: bool | None) -> str:
+    return "**reproduced**" if ok else ("**not reproduced**" if ok is not None else "n/a")
+
+
+def _base(overlap, rho_ft, c=1e-3, lam=0.0, gamma=0.0, **kw):
+    return {"rho_pt": 0.1, "rho_ft": rho_ft, "overlap": overlap, "c": c, "lam": lam, "gamma": gamma} | kw
+
+
+def _err_at(theory, s, alpha):
+    th = _match(theory, s)
+    return float(np.interp(alpha, th.alpha, th.error))
+
+
+# ------------------------------------------------------------------------------------------- fig3
+
+
+def _fig3(ctx) -> str:
+    from ftlab.plotting import new_figure, save_figure
+    from ftlab.results import save_table
+
+    size = _size(ctx)
+    omegas = {0.0: ":", 0.5: "--", 1.0: "-"}
+    panels = []  # (title, [(label, setting, linestyle, color)])
+    cols = ["C0", "C1", "C2"]
+    for title, key, vals in [("A: c (lam 0, gamma 0)", "c", [1e-6, 1e-3, 1.0]),
+                             ("B: gamma (c 1e-3, lam 0)", "gamma", [0.0, 1.0, 10.0]),
+                             ("C: lambda (c 1e-3, gamma 0)", "lam", [-0.99, 0.0, 0.99])]:
+        panels.append((title, [(f"{key}={v:g}, omega={o:g}", _base(o, 0.1, **{key: v}), ls, cols[i])
+                               for i, v in enumerate(vals) for o, ls in omegas.items()]))
+    for title, key, vals in [("D: c, new features (omega 0)", "c", [1e-6, 1e-3, 1.0]),
+                             ("E: gamma, new features (omega 0)", "gamma", [0.0, 1.0, 10.0])]:
+        panels.append((title, [(f"{key}={v:g}, rho_FT={r:g}", _base(0.0, r, **{key: v}), ls, cols[i])
+                               for i, v in enumerate(vals) for r, ls in [(0.1, ":"), (0.9, "-")]]))
+    panels.append(("F: lambda, full overlap (omega 1)",
+                   [(f"lam={v:g}, rho_FT={r:g}", _base(1.0, r, lam=v), ls, cols[i])
+                    for i, v in enumerate([-0.99, 0.0, 0.99]) for r, ls in [(0.01, "--"), (0.04, "-."), (0.1, "-")]]))
+    settings = []
+    for _, curves in panels:
+        for _, s, _, _ in curves:
+            if s not in settings:
+                settings.append(s)
+    theory = _curves(ctx, "fig3", settings, size["alphas"])
+    sims = _sims(ctx, "fig3", settings, size["sim_alphas"], size["dim"], size["seeds"])
+    d = ctx.section_dir("replica")
+    save_table(theory, d / "fig3_theory.csv", params={"figure": "fig3"})
+    save_table(sims, d / "fig3_sims.csv", params={"figure": "fig3", "dim": size["dim"], "seeds": size["seeds"]})
+    fig, axes = new_figure(2, 3, size=(15, 8.5))
+    for ax, (title, curves) in zip(axes.ravel(), panels):
+        for label, s, ls, col in curves:
+            th = _match(theory, s)
+            ax.plot(th.alpha, th.error, ls, color=col, lw=1.3, label=label)
+            sm = _match(sims, s)
+            ax.errorbar(sm.alpha, sm.sim_mean, yerr=sm.sim_ci, fmt="o", ms=2.5, color=col, capsize=1.5, lw=0.8)
+            bad = th[~th.converged.astype(bool)]
+            ax.plot(bad.alpha, bad.error, "rx")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(r"$\alpha_{FT}$")
+        ax.set_ylabel(r"$E_g$")
+        ax.legend(fontsize=6, ncol=1)
+    save_figure(fig, d / "fig3.png")
+
+    a = 0.2
+    e = {(k, v, o): _err_at(theory, _base(o, 0.1, **{k: v}), a) for k, vals in
+         [("c", [1e-6, 1e-3, 1.0]), ("gamma", [0.0, 1.0, 10.0]), ("lam", [-0.99, 0.0, 0.99])]
+         for v in vals for o in omegas}
+    small_c_order = e[("c", 1e-3, 1.0)] < e[("c", 1e-3, 0.5)] < e[("c", 1e-3, 0.0)]
+    spread = {v: max(e[("c", v, o)] for o in omegas) - min(e[("c", v, o)] for o in omegas) for v in [1e-6, 1e-3, 1.0]}
+    big_gamma = max(abs(e[("gamma", 10.0, o)] - (1 - a)) for o in omegas)
+    lam_new = e[("lam", -0.99, 0.0)] < e[("lam", 0.0, 0.0)] <= e[("lam", 0.99, 0.0)] + 1e-9
+    lam_full = e[("lam", 0.99, 1.0)] <= e[("lam", 0.0, 1.0)] + 1e-9
+    sparse = {v: _err_at(theory, _base(1.0, 0.01, lam=v), 0.1) for v in [-0.99, 0.0, 0.99]}
+    inside, total = _agreement(theory, sims, settings)
+    unconv = int((~theory.converged.astype(bool)).sum())
+    lines = [
+        "### Fig. 3: scale sweeps against the sample ratio",
+        "",
+        "![](replica/fig3.png)",
+        "",
+        f"Lines: replica theory ({len(size['alphas'])} alphas per curve, {len(settings)} curves; "
+        f"{unconv} unconverged points, marked x). Dots: exact FT interpolator on sampled problems, D = {size['dim']}, "
+        f"{len(size['seeds'])} seeds, mean and 95% t-interval. rho_PT = 0.1, a_PT = 1 (fixed PT magnitudes [U]).",
+        "Panel layout follows the authors' draft script (spec §6 [U]).",
+        "",
+        "| expectation (spec §6 [D]/[U], not the paper's wording) | ftlab computed (alpha = 0.2 unless noted) | verdict |",
+        "|---|---|---|",
+        f"| small c and gamma exploit overlap: E_g(omega=1) < E_g(0.5) < E_g(0) at c = 1e-3 | "
+        f"{e[('c', 1e-3, 1.0)]:.3f} < {e[('c', 1e-3, 0.5)]:.3f} < {e[('c', 1e-3, 0.0)]:.3f} | {_verdict(small_c_order)} |",
+        f"| larger c is more overlap-blind (spread of E_g over omega shrinks) [U] | spread c=1e-6: {spread[1e-6]:.3f}, "
+        f"1e-3: {spread[1e-3]:.3f}, 1: {spread[1.0]:.3f} | {_verdict(spread[1.0] < spread[1e-3])} |",
+        f"| gamma = 10 gives ~1 - alpha for every omega | max deviation from 1 - alpha: {big_gamma:.4f} | "
+        f"{_verdict(big_gamma < 0.02)} |",
+        f"| lambda -> -1 helps new features (omega 0) | lam -0.99 / 0 / 0.99: {e[('lam', -0.99, 0.0)]:.3f} / "
+        f"{e[('lam', 0.0, 0.0)]:.3f} / {e[('lam', 0.99, 0.0)]:.3f} | {_verdict(lam_new)} |",
+        f"| lambda -> +1 helps full reuse (omega 1) | lam 0.99 / 0: {e[('lam', 0.99, 1.0)]:.4f} / "
+        f"{e[('lam', 0.0, 1.0)]:.4f} | {_verdict(lam_full)} |",
+        f"| lambda -> -1 helps a sparse subset (omega 1, rho_FT 0.01, alpha 0.1) | lam -0.99 / 0 / 0.99: "
+        f"{sparse[-0.99]:.4f} / {sparse[0.0]:.4f} / {sparse[0.99]:.4f} | {_verdict(sparse[-0.99] < sparse[0.0])} |",
+        f"| claim 6: simulations agree with the theory across scales and overlaps | {inside}/{total} simulated points "
+        f"contain the prediction in their 95% interval (+2e-3) | {_verdict(inside >= 0.8 * total)} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- fig4
+
+
+def _fig4(ctx) -> str:
+    from ftlab.dln.replica.curves import learning_curve
+    from ftlab.dln.tasks import TaskSpec
+    from ftlab.plotting import new_figure, save_figure
+    from ftlab.results import save_table
+
+    size = _size(ctx)
+    settings = [_base(o, r, lam=lam, gamma=g) for (o, r) in TASKS.values() for lam, g in REGIMES.values()]
+    alphas = sorted(set(size["alphas"]) | set(TABLE_ALPHAS))
+    theory = _curves(ctx, "fig4", settings, alphas)
+    sims = _sims(ctx, "fig4", settings, TABLE_ALPHAS, size["dim"], size["seeds"])
+    d = ctx.section_dir("replica")
+    save_table(theory, d / "fig4_theory.csv", params={"figure": "fig4"})
+    save_table(sims, d / "fig4_sims.csv", params={"figure": "fig4", "dim": size["dim"], "seeds": size["seeds"]})
+    fig, ax = new_figure(size=(7, 5))
+    styles = dict(zip(TASKS.values(), [":", "-", "--"]))
+    colors = dict(zip(REGIMES, ["C1", "C2", "C3", "C7"]))
+    for (o, r) in TASKS.values():
+        for reg, (lam, g) in REGIMES.items():
+            th = _match(theory, _base(o, r, lam=lam, gamma=g))
+            ax.plot(th.alpha, th.error, styles[(o, r)], color=colors[reg],
+                    label=f"{reg}, omega={o:g}, rho_FT={r:g}")
+    ax.set_xlim(0, 0.505)
+    ax.set_ylim(-0.05, 1.7)
+    ax.set_xlabel(r"$\alpha_{FT}$")
+    ax.set_ylabel(r"$E_g$")
+    ax.legend(fontsize=6, ncol=2)
+    save_figure(fig, d / "fig4.png")
+
+    rows = ["| task | regime | ftlab (default rule) | ftlab (GH-201, as spec) | spec §5.6(c) [D] | simulation (95% CI) |",
+            "|---|---|---|---|---|---|"]
+    max_dev = 0.0
+    for tname, (o, r) in TASKS.items():
+        spec = TaskSpec(rho_pt=0.1, rho_ft=r, overlap=o)
+        for reg, (lam, g) in REGIMES.items():
+            s = _base(o, r, lam=lam, gamma=g)
+            th = _match(theory, s)
+            ours = [float(th[np.isclose(th.alpha, a)].error.iloc[0]) for a in TABLE_ALPHAS]
+            gh = learning_curve(spec, c=1e-3, lam=lam, gamma=g, alphas=TABLE_ALPHAS, quadrature="hermite",
+                                n_nodes=201, lambda_reg=1e-6).error.tolist()
+            ref = SPEC_TABLE_C[(o, r)][reg]
+            max_dev = max(max_dev, max(abs(x - y) for x, y in zip(gh, ref)))
+            sm = _match(sims, s).sort_values("alpha")
+            sim_txt = " / ".join(f"{m:.3f}±{h:.3f}" for m, h in zip(sm.sim_mean, sm.sim_ci))
+            rows.append(f"| {tname} | {reg} | {' / '.join(f'{x:.4f}' for x in ours)} | "
+                        f"{' / '.join(f'{x:.4f}' for x in gh)} | {' / '.join(f'{x:g}' for x in ref)} | {sim_txt} |")
+    best = {}
+    for tname, (o, r) in TASKS.items():
+        errs = {reg: _err_at(theory, _base(o, r, lam=lam, gamma=g), 0.1) for reg, (lam, g) in REGIMES.items()}
+        best[tname] = (min(errs, key=errs.get), errs)
+    inside, total = _agreement(theory, sims, settings)
+    t_new, t_same, t_sub = list(TASKS)
+    sub_errs = best[t_sub][1]
+    claim3 = sub_errs["IV"] < min(sub_errs["II"], sub_errs["III"]) and best[t_sub][0] == "IV"
+    lines = [
+        "### Fig. 4: the four regimes on three task types",
+        "",
+        "![](replica/fig4.png)",
+        "",
+        "Corners (c_PT = 1e-3, normalized lambda; the authors' draft `figure4.py` [U]): II lam 0, gamma 0; "
+        "IV lam -0.99, gamma 0; I lam -0.999999, gamma 1e-6; III lam 0, gamma 10. E_g at alpha = "
+        + " / ".join(f"{a:g}" for a in TABLE_ALPHAS) + ". Our default rule is composite Gauss-Legendre (800 nodes); "
+        "the spec's numbers were computed with 201 Gauss-Hermite nodes, whose error near the sharp prox kinks of "
+        "small k reaches a few 1e-3 (see docs/replica.md); with that rule we match them to "
+        f"{max_dev:.1e}. Simulations: exact FT interpolator, D = {size['dim']}, {len(size['seeds'])} seeds.",
+        "",
+        *rows,
+        "",
+        "| claim (paper, via the project's brief) | ftlab computed at alpha = 0.1 | verdict |",
+        "|---|---|---|",
+        f"| 1: shared active dimensions -> Regime II best | best: {best[t_same][0]} "
+        f"({', '.join(f'{k} {v:.4f}' for k, v in best[t_same][1].items())}) | {_verdict(best[t_same][0] == 'II')} |",
+        f"| 2: no shared dimensions -> Regime I best | best: {best[t_new][0]} "
+        f"({', '.join(f'{k} {v:.4f}' for k, v in best[t_new][1].items())}) | {_verdict(best[t_new][0] == 'I')} |",
+        f"| 3: FT features a sparse subset of PT features -> Regime IV best | best: {best[t_sub][0]} "
+        f"({', '.join(f'{k} {v:.4f}' for k, v in sub_errs.items())}) | {_verdict(claim3)}"
+        + ("" if claim3 else "; IV beats II and III, but the I corner with these [U] parameters is lower still") + " |",
+        f"| 6: simulations agree with theory | {inside}/{total} points within the 95% interval (+2e-3) | "
+        f"{_verdict(inside >= 0.8 * total)} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- lorder
+
+
+def _lorder(ctx) -> str:
+    import pandas as pd_
+
+    from ftlab.dln.metrics import l_order, pd
+    from ftlab.plotting import new_figure, save_figure
+    from ftlab.results import save_table
+
+    n = 160 if ctx.full else 80
+    b_pt = np.geomspace(5e-4, 2e3, n)
+    maps = [
+        ("lambda (c = 0.1, gamma = 0)", "lam", np.linspace(-0.999, 1.0, n), lambda v: {"c": 0.1, "lam": v, "gamma": 0.0}),
+        ("c (lambda = 0.05, gamma = 0)", "c", np.geomspace(1e-3, 10.0, n), lambda v: {"c": v, "lam": 0.05, "gamma": 0.0}),
+        ("gamma (c = 1e-3, lambda = 0)", "gamma", np.geomspace(1e-2, 1e3, n),
+         lambda v: {"c": 1e-3, "lam": 0.0, "gamma": v}),
+    ]
+    fig, axes = new_figure(2, 3, size=(15, 8))
+    frames = []
+    worst_both = math.inf
+    for j, (title, key, vals, kw) in enumerate(maps):
+        L = np.empty((len(vals), n))
+        P = np.empty((len(vals), n))
+        for i, v in enumerate(vals):
+            L[i] = l_order(1.0, b_pt, **kw(v))
+            P[i] = pd(1.0, b_pt, **kw(v))
+        frames.append(pd_.DataFrame({"axis": key, "value": np.repeat(vals, n), "beta_pt": np.tile(b_pt, len(vals)),
+                                     "l_order": L.ravel(), "pd": P.ravel()}))
+        # how close a cell gets to the corner (l = 1, PD = -1) in both coordinates at once
+        worst_both = min(worst_both, float(np.min(np.maximum(L - 1.0, P + 1.0))))
+        for row, (Z, lab, cmap, lim) in enumerate([(L, "l-order", "viridis", (1, 2)), (P, "PD", "magma", (-1, 0))]):
+            ax = axes[row, j]
+            mesh = ax.pcolormesh(b_pt, vals, Z, cmap=cmap, vmin=lim[0], vmax=lim[1], shading="auto")
+            ax.contour(b_pt, vals, L, levels=[1.5], colors="w", linewidths=1.0)
+            ax.contour(b_pt, vals, P, levels=[-0.1], colors="c", linewidths=1.0, linestyles="--")
+            ax.set_xscale("log")
+            if key != "lam":
+                ax.set_yscale("log")
+            ax.set_xlabel(r"$|\beta_{PT}|$ ($|\beta_{FT}| = 1$)")
+            ax.set_ylabel(key)
+            ax.set_title(f"{lab} over |beta_PT| x {title}", fontsize=8)
+            fig.colorbar(mesh, ax=ax)
+    d = ctx.section_dir("replica")
+    save_figure(fig, d / "lorder.png")
+    allf = pd_.concat(frames)
+    save_table(allf, d / "lorder.csv", params={"figure": "lorder", "beta_ft": 1.0})
+    lp = allf.l_order + allf.pd
+    in_range = bool(allf.l_order.between(1, 2).all() and allf.pd.between(-1, 0).all() and lp.between(1 - 1e-9, 2).all())
+    return "\n".join([
+        "### l-order and pretraining dependence maps",
+        "",
+        "![](replica/lorder.png)",
+        "",
+        "l-order = d log q_k(beta_FT)/d log|beta_FT| and PD = d log q_k/d log|beta_PT| at |beta_FT| = 1 [U: evaluation "
+        "point], from `ftlab.dln.metrics`; white line l = 1.5 (rich/lazy), cyan dashed PD = -0.1 (PT-(in)dependent): "
+        "ftlab's regime boundaries [U]. Axes follow the authors' early heatmap scripts (spec §4.1).",
+        "",
+        "| claim 5 | ftlab computed | verdict |",
+        "|---|---|---|",
+        f"| l in [1,2], PD in [-1,0], l + PD in [1,2] | all {len(allf)} cells: {in_range} | {_verdict(in_range)} |",
+        f"| PD = -1 and l = 1 cannot be reached together | min over cells of max(l - 1, PD + 1) = {worst_both:.3f} "
+        f"(0 would be the corner) | {_verdict(worst_both > 0.05)} |",
+        "",
+    ])
+
+
+# ------------------------------------------------------------------------------------------- single task
+
+
+def single_task_point(*, rho: float, c: float, lam: float, alpha: float, dim: int, seed: int) -> dict:
+    """Gradient flow of the diagonal network from scratch on one sparse task (top-level for run_sweep).
+
+    Same data for every ``lam`` (the seed fixes teacher and design). Returns the test error and the
+    predictor's distance to ``argmin Q_{4c^2}`` (the lambda-independent implicit bias).
+    """
+    from ftlab.dln.bias import solve_implicit_bias
+    from ftlab.dln.flow import gradient_flow
+    from ftlab.dln.model import init_pt
+
+    rng = np.random.default_rng(seed)
+    beta = np.where(rng.random(dim) < rho, rng.standard_normal(dim) / math.sqrt(rho), 0.0)
+    n = max(1, int(round(alpha * dim)))
+    X = rng.standard_normal((n, dim)) / math.sqrt(dim)
+    y = X @ beta
+    res = gradient_flow(init_pt(dim, c=c, lam=lam), X, y)
+    pred = solve_implicit_bias(X, y, np.full(dim, 4.0 * c**2)).beta
+    return {"sim_error": float(np.mean((res.beta - beta) ** 2)), "pred_error": float(np.mean((pred - beta) ** 2)),
+            "distance": float(np.linalg.norm(res.beta - pred) / max(np.linalg.norm(pred), 1e-300)),
+            "sim_converged": bool(res.converged)}
+
+
+def _single_task(ctx) -> str:
+    from ftlab.dln.replica.curves import solve_curve
+    from ftlab.dln.replica.expect import QuadratureExpectation
+    from ftlab.dln.replica.prior import single_task_prior
+    from ftlab.plotting import new_figure, save_figure
+    from ftlab.results import save_table
+    from ftlab.sweep import run_sweep
+
+    size = _size(ctx)
+    rhos = [0.01, 0.04, 0.1, 0.9]
+    cs = [1e-6, 1e-3, 1.0]
+    lams = [-0.99, 0.0, 0.99]
+    dim = 800 if ctx.full else 200
+    seeds = range(5) if ctx.full else range(2)
+    sim_alphas = [0.2, 0.5] if not ctx.full else [0.1, 0.2, 0.3, 0.5, 0.7]
+    points = [{"rho": 0.1, "c": c, "lam": lam, "alpha": a, "dim": dim, "seed": s}
+              for c in cs for lam in lams for a in sim_alphas for s in seeds]
+    raw = run_sweep(single_task_point, points, store=ctx.section_dir("replica") / "single_task_sims.jsonl",
+                    scheduler=ctx.scheduler, workers=ctx.workers, desc="single-task flows")
+    d = ctx.section_dir("replica")
+    save_table(raw, d / "single_task_sims.csv", params={"figure": "single_task"})
+    fig, axes = new_figure(1, 2, size=(11, 4))
+    rows = []
+    for i, c in enumerate(cs):
+        for j, rho in enumerate(rhos):
+            th = solve_curve(QuadratureExpectation(single_task_prior(rho=rho, c=c)), size["alphas"])
+            rows += [{"rho": rho, "c": c, **r} for r in th.to_dict("records")]
+            axes[0].plot(th.alpha, th.error, ["-", "--", ":"][i], color=f"C{j}", label=f"rho={rho:g}, c={c:g}")
+    theory = __import__("pandas").DataFrame(rows)
+    save_table(theory, d / "single_task_theory.csv", params={"figure": "single_task"})
+    axes[0].set_xlabel(r"$\alpha$")
+    axes[0].set_ylabel(r"$E_g$ (replica; identical for every $\lambda$)")
+    axes[0].legend(fontsize=6, ncol=2)
+    for k, lam in enumerate(lams):
+        g = raw[np.isclose(raw.lam, lam)].groupby(["c", "alpha"]).sim_error.mean().reset_index()
+        for c in cs:
+            gc = g[np.isclose(g.c, c)]
+            axes[1].plot(gc.alpha + 0.005 * (k - 1), gc.sim_error, "os^"[k], color=f"C{cs.index(c)}",
+                         label=f"lam={lam:g}, c={c:g}")
+    axes[1].set_xlabel(r"$\alpha$")
+    axes[1].set_ylabel("gradient-flow test error (rho = 0.1)")
+    axes[1].legend(fontsize=6, ncol=3)
+    save_figure(fig, d / "single_task.png")
+    # lambda-spread of the trained predictors on identical data
+    spread = raw.groupby(["c", "alpha", "seed"]).sim_error.agg(lambda e: float(e.max() - e.min()))
+    max_dist = float(raw.distance.max())
+    return "\n".join([
+        "### Single task: lambda does not matter in pretraining",
+        "",
+        "![](replica/single_task.png)",
+        "",
+        f"Gradient flow of the network from the (c, lambda) initialization, D = {dim}, rho = 0.1, identical data across "
+        f"lambda ({len(raw)} runs); replica curves for rho in {rhos}, c in {cs} (k = 4c^2 for every lambda).",
+        "",
+        "| claim (spec §1.2, the authors' Experiment 4 [U]) | ftlab computed | verdict |",
+        "|---|---|---|",
+        f"| PT implicit bias depends on c only: GF endpoint = argmin Q_(4c^2) for every lambda | max relative distance "
+        f"to argmin Q_(4c^2): {max_dist:.1e} | {_verdict(max_dist < 1e-3)} |",
+        f"| test error identical across lambda on the same data | max spread over lambda: {float(spread.max()):.1e} | "
+        f"{_verdict(float(spread.max()) < 1e-4)} |",
+        "",
+    ])
+
+
+# ------------------------------------------------------------------------------------------- imperfect PT
+
+
+def _imperfect_pt(ctx) -> str:
+    from ftlab.plotting import new_figure, save_figure
+    from ftlab.results import save_table
+
+    alphas = list(np.linspace(0.02, 0.4, 20 if not ctx.full else 60))
+    lams = [-0.9, -0.5, 0.0, 0.5]
+    pts = [None, 0.5, 0.2]
+    settings = [_base(1.0, 0.1, lam=lam, alpha_pt=ap) for ap in pts for lam in lams]
+    settings += [_base(1.0, 0.1, lam=lam, alpha_pt=1.5, pt_noise=0.1) for lam in lams]
+    theory = _curves(ctx, "imperfect_pt", settings, alphas)
+    dim = 1000 if ctx.full else 300
+    seeds = list(range(10)) if ctx.full else [0, 1, 2]
+    sim_settings = [s for s in settings if s.get("alpha_pt") == 0.2 and s["lam"] in (-0.9, 0.0)]
+    sims = _sims(ctx, "imperfect_pt", sim_settings, [0.05, 0.1, 0.15], dim, seeds)
+    d = ctx.section_dir("replica")
+    save_table(theory, d / "imperfect_pt_theory.csv", params={"figure": "imperfect_pt"})
+    save_table(sims, d / "imperfect_pt_sims.csv", params={"figure": "imperfect_pt", "dim": dim})
+    fig, axes = new_figure(1, 4, size=(17, 4))
+    titles = ["oracle PT", "alpha_PT = 0.5", "alpha_PT = 0.2", "alpha_PT = 1.5, PT noise 0.1"]
+    for ax, ap, title in zip(axes, pts + [1.5], titles):
+        for i, lam in enumerate(lams):
+            s = [x for x in settings if x.get("alpha_pt") == ap and x["lam"] == lam][0]
+            th = _match(theory, s)
+            ax.plot(th.alpha, th.error, "-", color=f"C{i}", label=f"lam={lam:g}")
+            sm = _match(sims, s) if s in sim_settings else None
+            if sm is not None and len(sm):
+                ax.errorbar(sm.alpha, sm.sim_mean, yerr=sm.sim_ci, fmt="o", ms=3, color=f"C{i}", capsize=2)
+        ax.set_title(title + " (omega 1, rho 0.1)", fontsize=9)
+        ax.set_xlabel(r"$\alpha_{FT}$")
+        ax.set_ylabel(r"$E_g$")
+        ax.legend(fontsize=7)
+    save_figure(fig, d / "imperfect_pt.png")
+    a = 0.15
+    err = {(ap, lam): _err_at(theory, [x for x in settings if x.get("alpha_pt") == ap and x["lam"] == lam][0], a)
+           for ap in pts + [1.5] for lam in lams}
+    oracle_hurts = err[(None, -0.9)] > err[(None, 0.0)]
+    helps = err[(0.2, -0.9)] < err[(0.2, 0.0)]
+    inside, total = _agreement(theory, sims, sim_settings)
+    return "\n".join([
+        "### Imperfect pretraining: negative lambda helps under full overlap",
+        "",
+        "![](replica/imperfect_pt.png)",
+        "",
+        "PT from alpha_PT samples (spec §2.3, coverage in the paper [U]): the PT estimate follows the single-task "
+        "scalar channel, then k = K(|beta_hat_PT|). alpha_PT = 1.5 with PT label noise 0.1 uses the exact "
+        "lambda_reg -> 0 limit (least squares), not the authors' heuristic bypass [U]. Dots: exact interpolators "
+        f"(PT: argmin Q_(4c^2) on sampled PT data; FT: argmin Q_k), D = {dim}, {len(seeds)} seeds.",
+        "",
+        "| claim 4 | ftlab computed at alpha_FT = 0.15 (c 1e-3, gamma 0) | verdict |",
+        "|---|---|---|",
+        f"| with oracle PT, negative lambda hurts under full overlap | lam -0.9 / 0: {err[(None, -0.9)]:.4f} / "
+        f"{err[(None, 0.0)]:.4f} | {_verdict(oracle_hurts)} |",
+        f"| with alpha_PT = 0.2, negative lambda helps under full overlap | lam -0.9 / 0: {err[(0.2, -0.9)]:.4f} / "
+        f"{err[(0.2, 0.0)]:.4f} | {_verdict(helps)} |",
+        "| alpha_PT = 0.5 | lam -0.9 / -0.5 / 0 / 0.5: "
+        + " / ".join(f"{err[(0.5, lam)]:.4f}" for lam in lams) + " | (context) |",
+        f"| simulations agree | {inside}/{total} points within the 95% interval (+2e-3) | "
+        f"{_verdict(inside >= 0.75 * total)} |",
+        "",
+    ])
+
+
+# ------------------------------------------------------------------------------------------- entry
+
+
+def run(ctx) -> str:
+    """Build the replica section: the named figures requested by ``ctx`` (all by default)."""
+    parts = [
+        "Replica-symmetric theory of the FT generalization error of diagonal linear networks (arXiv 2602.20062, "
+        "spec §5), solved by Newton's method with exact derivatives on deterministic quadrature "
+        "(docs/replica.md). Claims come from the project's brief summarising the paper; where a figure's exact "
+        "parameters are unknown they are the authors' draft scripts' values and marked [U].",
+        "",
+    ]
+    builders = {"fig3": _fig3, "fig4": _fig4, "lorder": _lorder, "single_task": _single_task,
+                "imperfect_pt": _imperfect_pt}
+    for name in FIGURES:
+        if ctx.wants(name):
+            log.info("replica: building %s", name)
+            parts.append(builders[name](ctx))
+    return "\n".join(parts)
