@@ -13,7 +13,6 @@ import dataclasses
 from ftlab.report import DataUnavailable, ReportContext
 
 
-
 def _fmt(x: float) -> str:
     return "n/a" if x != x else f"{x:+.3f}"
 
