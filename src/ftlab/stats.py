@@ -8,11 +8,15 @@ Memory is ``O(p q)`` (plus ``O(p^2 + q^2)`` with second moments), independent of
 rows. Two accumulators over disjoint data merge exactly (``merge``), so statistics can be gathered
 in parallel.
 
-Sums are held in float64. Each batch product is formed in ``batch_dtype``; the default (``None``)
-uses the data's own dtype, at least float32: float64 data give float64 products, so streaming equals
-a one-shot float64 computation up to summation order; float32 data (a float32 model) give float32
-batch products added to float64 running sums, about twice as fast on CPU as forming them in float64.
-Pass ``batch_dtype=torch.float64`` to force float64 products.
+Sums are held in float64. How each batch product is formed (``batch_dtype``):
+
+* ``None`` (default): float64 data are multiplied in float64 straight into the float64 sums, so
+  streaming equals a one-shot float64 computation up to summation order; float32 (or lower) data
+  are multiplied in float32 into a float32 buffer that is flushed into the float64 sums every
+  ``flush_rows`` rows (default 8192) and before any read. This is about 3x faster on CPU than
+  converting every batch product, at the cost of one float32 buffer per product and a float32
+  rounding error of a single ``flush_rows``-row product.
+* ``torch.float64``: rows are converted and multiplied in float64 (exact float64 streaming).
 
 Used by :mod:`ftlab.transfer` (cross-covariances for Procrustes maps; linear CKA, Kornblith et al.
 2019, computed from the streamed sums).
@@ -27,10 +31,41 @@ import torch
 __all__ = ["Moments", "CrossMoments"]
 
 
-def _product_dtype(x: torch.Tensor, batch_dtype: torch.dtype | None) -> torch.dtype:
-    if batch_dtype is not None:
-        return batch_dtype
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+class _Product:
+    """``sum_n a_n b_n^T`` in float64, with an optional float32 staging buffer (see the module docstring)."""
+
+    def __init__(self, p: int, q: int, batch_dtype: torch.dtype | None, flush_rows: int):
+        self.total = torch.zeros(p, q, dtype=torch.float64)
+        self.batch_dtype = batch_dtype
+        self.flush_rows = flush_rows
+        self._stage: torch.Tensor | None = None
+        self._staged = 0
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        if self.batch_dtype is None and a.dtype != torch.float64 and b.dtype != torch.float64:
+            if self._stage is None:
+                self._stage = torch.zeros(self.total.shape, dtype=torch.float32)
+            self._stage.addmm_(a.to(torch.float32).T, b.to(torch.float32))
+            self._staged += a.shape[0]
+            if self._staged >= self.flush_rows:
+                self.flush()
+        else:
+            dt = self.batch_dtype or torch.float64
+            if dt == torch.float64:
+                self.total.addmm_(a.to(dt).T, b.to(dt))
+            else:
+                self.total += (a.to(dt).T @ b.to(dt)).to(torch.float64)
+
+    def flush(self) -> torch.Tensor:
+        if self._stage is not None and self._staged:
+            self.total += self._stage
+            self._stage.zero_()
+            self._staged = 0
+        return self.total
+
+    def merge(self, other: _Product) -> None:
+        self.flush()
+        self.total += other.flush()
 
 
 def _as_rows(x, dim: int, name: str) -> torch.Tensor:
@@ -50,38 +85,41 @@ class Moments:
     second:
         Also accumulate ``sum_n x_n x_n^T`` (``p x p``); needed for centering-aware Grams,
         whitening and CKA.
-    batch_dtype:
-        dtype in which each batch product is formed before being added to the float64 sums
-        (``None``: the data's dtype, at least float32).
+    batch_dtype, flush_rows:
+        How batch products are formed (see the module docstring).
     """
 
-    def __init__(self, dim: int, *, second: bool = False, batch_dtype: torch.dtype | None = None):
+    def __init__(self, dim: int, *, second: bool = False, batch_dtype: torch.dtype | None = None,
+                 flush_rows: int = 8192):
         if dim < 1:
             raise ValueError(f"dim={dim} is out of range: must be an integer >= 1")
         self.dim = int(dim)
-        self.batch_dtype = batch_dtype
         self.n = 0
         self.sum = torch.zeros(dim, dtype=torch.float64)
-        self.gram = torch.zeros(dim, dim, dtype=torch.float64) if second else None
+        self._gram = _Product(dim, dim, batch_dtype, flush_rows) if second else None
+
+    @property
+    def gram(self) -> torch.Tensor | None:
+        """``sum_n x_n x_n^T`` (float64) or None without second moments."""
+        return None if self._gram is None else self._gram.flush()
 
     def update(self, x) -> Moments:
         """Add the rows of ``x`` (``(n_rows, dim)``); returns ``self``."""
         x = _as_rows(x, self.dim, "x")
         self.n += x.shape[0]
         self.sum += x.sum(0, dtype=torch.float64)
-        if self.gram is not None:
-            xb = x.to(_product_dtype(x, self.batch_dtype))
-            self.gram += (xb.T @ xb).to(torch.float64)
+        if self._gram is not None:
+            self._gram.add(x, x)
         return self
 
     def merge(self, other: Moments) -> Moments:
         """Add the statistics of ``other`` (same ``dim``, gathered on other rows); returns ``self``."""
-        if other.dim != self.dim or (other.gram is None) != (self.gram is None):
+        if other.dim != self.dim or (other._gram is None) != (self._gram is None):
             raise ValueError("cannot merge Moments with a different dim or second-moment setting")
         self.n += other.n
         self.sum += other.sum
-        if self.gram is not None:
-            self.gram += other.gram
+        if self._gram is not None:
+            self._gram.merge(other._gram)
         return self
 
     @property
@@ -106,11 +144,16 @@ class CrossMoments:
     whitening, the alignment residual ``||A R - B||_F`` and linear CKA.
     """
 
-    def __init__(self, dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype | None = None):
-        self.a = Moments(dim_a, second=second, batch_dtype=batch_dtype)
-        self.b = Moments(dim_b, second=second, batch_dtype=batch_dtype)
-        self.batch_dtype = batch_dtype
-        self.cross = torch.zeros(dim_a, dim_b, dtype=torch.float64)
+    def __init__(self, dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype | None = None,
+                 flush_rows: int = 8192):
+        self.a = Moments(dim_a, second=second, batch_dtype=batch_dtype, flush_rows=flush_rows)
+        self.b = Moments(dim_b, second=second, batch_dtype=batch_dtype, flush_rows=flush_rows)
+        self._cross = _Product(dim_a, dim_b, batch_dtype, flush_rows)
+
+    @property
+    def cross(self) -> torch.Tensor:
+        """``sum_n a_n b_n^T`` (float64, ``(dim_a, dim_b)``)."""
+        return self._cross.flush()
 
     @property
     def n(self) -> int:
@@ -119,7 +162,7 @@ class CrossMoments:
 
     @property
     def second(self) -> bool:
-        return self.a.gram is not None
+        return self.a._gram is not None
 
     def update(self, a, b) -> CrossMoments:
         """Add row-aligned batches ``a`` (``(n, dim_a)``) and ``b`` (``(n, dim_b)``); returns ``self``."""
@@ -129,8 +172,7 @@ class CrossMoments:
             raise ValueError(f"a has {a.shape[0]} rows but b has {b.shape[0]}: rows must be aligned one to one")
         self.a.update(a)
         self.b.update(b)
-        dt = _product_dtype(a if a.dtype == torch.float64 else b, self.batch_dtype)
-        self.cross += (a.to(dt).T @ b.to(dt)).to(torch.float64)
+        self._cross.add(a, b)
         return self
 
     def merge(self, other: CrossMoments) -> CrossMoments:
@@ -139,7 +181,7 @@ class CrossMoments:
             raise ValueError(f"cannot merge CrossMoments of shape {tuple(other.cross.shape)} into {tuple(self.cross.shape)}")
         self.a.merge(other.a)
         self.b.merge(other.b)
-        self.cross += other.cross
+        self._cross.merge(other._cross)
         return self
 
     def covariance(self, *, center: bool = False) -> torch.Tensor:

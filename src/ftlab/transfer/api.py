@@ -29,11 +29,11 @@ from ftlab.transfer.calibrate import _first, collect_maps_stats, collect_target_
 from ftlab.transfer.layer_map import DEPTH_RULES, LayerMap, build_layer_map, find_stacks
 from ftlab.transfer.methods import get_method
 from ftlab.transfer.problem import TransferProblem
-from ftlab.transfer.spec import DEFAULT_ZERO, infer_spec
+from ftlab.transfer.spec import DEFAULT_ZERO, TransportSpec, infer_spec
 from ftlab.transfer.task_vector import TaskVector
 from ftlab.validate import check_choice, check_int
 
-__all__ = ["TransferResult", "fit_transfer", "transfer"]
+__all__ = ["TransferResult", "fit_transfer", "pair_points", "transfer"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,26 @@ class TransferResult:
                 "target_norm": self.task_vector.norm(), "layers": self.layers(),
                 "parameters": [{"name": k, "shape": list(v.shape), "norm": float(v.double().norm())}
                                for k, v in self.task_vector.items()]}
+
+
+def pair_points(source_spec: TransportSpec, target_spec: TransportSpec, layer_map: LayerMap) -> dict[str, str]:
+    """``{target_point: source_point}`` for every used target point whose layer has a source.
+
+    Raises ``ValueError`` when a target point has no counterpart of the same kind in the source.
+    """
+    pairs = {}
+    for tp in target_spec.used_points():
+        sp = layer_map.source_name(tp)
+        if sp is None:
+            continue
+        if sp not in source_spec.points:
+            raise ValueError(f"target layer {tp!r} has no counterpart {sp!r} in the source model: "
+                             "the architectures do not correspond")
+        if source_spec.points[sp].kind != target_spec.points[tp].kind:
+            raise ValueError(f"target layer {tp!r} ({target_spec.points[tp].kind}) and source layer {sp!r} "
+                             f"({source_spec.points[sp].kind}) are of different kinds")
+        pairs[tp] = sp
+    return pairs
 
 
 def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVector, tau_b: TaskVector) -> dict:
@@ -163,17 +183,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
             raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
         spec_a = infer_spec(source_base, zero_params=zero_params, overrides=source_overrides)
         spec_b = infer_spec(target_base, zero_params=zero_params, overrides=target_overrides)
-        for tp in spec_b.used_points():
-            sp = lmap.source_name(tp)
-            if sp is None:
-                continue
-            if sp not in spec_a.points:
-                raise ValueError(f"target layer {tp!r} has no counterpart {sp!r} in the source model: "
-                                 "the architectures do not correspond")
-            if spec_a.points[sp].kind != spec_b.points[tp].kind:
-                raise ValueError(f"target layer {tp!r} ({spec_b.points[tp].kind}) and source layer {sp!r} "
-                                 f"({spec_a.points[sp].kind}) are of different kinds")
-            pairs[tp] = sp
+        pairs = pair_points(spec_a, spec_b, lmap)
         problem = TransferProblem(lmap, target_shapes, spec_a, spec_b, pairs)
         reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
         pairs_iter, total = paired_batches(batches, source_batches, target_batches)
