@@ -89,7 +89,7 @@ def _thin(t: list, m: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gradient_flow(weights: Weights, X, y, *, tol: float = 1e-20, t_max: float = 1e15, method: str = "BDF",
-                  rtol: float = 1e-6, atol: float = 1e-9) -> TrainResult:
+                  rtol: float = 1e-4, atol: float = 1e-7) -> TrainResult:
     """Integrate gradient flow of the mean-squared-error from ``weights`` until the training MSE <= ``tol``.
 
     weights : start (D,) x 4; X : (N, D); y : (N,). tol : absolute training MSE at which to stop
