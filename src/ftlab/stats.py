@@ -32,40 +32,54 @@ __all__ = ["Moments", "CrossMoments"]
 
 
 class _Product:
-    """``sum_n a_n b_n^T`` in float64, with an optional float32 staging buffer (see the module docstring)."""
+    """``sum_n a_n b_n^T`` in float64, with an optional float32 staging buffer (see the module docstring).
+
+    Buffers are allocated by the first product (no separate zero fill).
+    """
 
     def __init__(self, p: int, q: int, batch_dtype: torch.dtype | None, flush_rows: int):
-        self.total = torch.zeros(p, q, dtype=torch.float64)
+        self.shape = (p, q)
         self.batch_dtype = batch_dtype
         self.flush_rows = flush_rows
+        self._total: torch.Tensor | None = None
         self._stage: torch.Tensor | None = None
         self._staged = 0
 
+    def _add_total(self, m: torch.Tensor) -> None:
+        if self._total is None:
+            self._total = m.to(torch.float64) if m.dtype != torch.float64 else m
+        else:
+            self._total += m
+
     def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
         if self.batch_dtype is None and a.dtype != torch.float64 and b.dtype != torch.float64:
+            a32, b32 = a.to(torch.float32), b.to(torch.float32)
             if self._stage is None:
-                self._stage = torch.zeros(self.total.shape, dtype=torch.float32)
-            self._stage.addmm_(a.to(torch.float32).T, b.to(torch.float32))
+                self._stage = a32.T @ b32
+            else:
+                self._stage.addmm_(a32.T, b32)
             self._staged += a.shape[0]
             if self._staged >= self.flush_rows:
                 self.flush()
+            return
+        dt = self.batch_dtype or torch.float64
+        a, b = a.to(dt), b.to(dt)
+        if dt == torch.float64 and self._total is not None:
+            self._total.addmm_(a.T, b)
         else:
-            dt = self.batch_dtype or torch.float64
-            if dt == torch.float64:
-                self.total.addmm_(a.to(dt).T, b.to(dt))
-            else:
-                self.total += (a.to(dt).T @ b.to(dt)).to(torch.float64)
+            self._add_total(a.T @ b)
 
     def flush(self) -> torch.Tensor:
-        if self._stage is not None and self._staged:
-            self.total += self._stage
-            self._stage.zero_()
-            self._staged = 0
-        return self.total
+        if self._stage is not None:
+            self._add_total(self._stage)
+            self._stage, self._staged = None, 0
+        if self._total is None:
+            self._total = torch.zeros(self.shape, dtype=torch.float64)
+        return self._total
 
     def merge(self, other: _Product) -> None:
         self.flush()
-        self.total += other.flush()
+        self._total += other.flush()
 
 
 def _as_rows(x, dim: int, name: str) -> torch.Tensor:

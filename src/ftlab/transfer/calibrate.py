@@ -137,14 +137,16 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                                           seq_first=seq_first and not cb.meta[tp].get("batch_first", False))
                         ra, rb = align_tokens(A, B, seq_align, mask_a=mask_a, mask_b=mask_b, grid_a=ga, grid_b=gb,
                                               n_prefix=n_prefix)
-                        for who, r, name in (("source", ra, sp), ("target", rb, tp)):
-                            if not torch.isfinite(r).all():
-                                what = "gradient" if "grad" in attr else "activation"
-                                raise ValueError(f"non-finite {what} at {name!r} of the {who} model (calibration batch {k})")
                         rows_a.append(ra)
                         rows_b.append(rb)
                     if rows_a:
-                        stats[(tp, side)].update(torch.cat(rows_a), torch.cat(rows_b))
+                        st = stats[(tp, side)]
+                        st.update(torch.cat(rows_a), torch.cat(rows_b))
+                        # a NaN/inf row makes the running column sum non-finite: an O(width) check per batch
+                        for who, mom, name in (("source", st.a, sp), ("target", st.b, tp)):
+                            if not torch.isfinite(mom.sum).all():
+                                what = "gradient" if "grad" in attr else "activation"
+                                raise ValueError(f"non-finite {what} at {name!r} of the {who} model (calibration batch {k})")
             ca.clear()
             cb.clear()
             n_batches += 1
