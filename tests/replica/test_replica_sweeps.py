@@ -44,17 +44,17 @@ def test_theory_matches_exact_interpolator_simulations_quick():
 
 @pytest.mark.slow
 def test_theory_matches_simulation_regime_comparison_large_d():
-    """The regime comparison (3 tasks x 4 regimes x 5 alphas) at D = 2000 with 6 seeds."""
+    """The regime comparison (3 tasks x 4 regimes x 5 alphas) at D = 1000 with 5 seeds."""
     regimes = [(0.0, 0.0), (-0.99, 0.0), (-0.999999, 1e-6), (0.0, 10.0)]
     tasks = [(0.0, 0.1), (1.0, 0.1), (1.0, 0.01)]
     settings = [(o, r, lam, g) for o, r in tasks for lam, g in regimes]
-    assert _agreement(settings, [0.05, 0.1, 0.2, 0.3, 0.5], dim=2000, seeds=range(6)) >= 0.85
+    assert _agreement(settings, [0.05, 0.1, 0.2, 0.3, 0.5], dim=1000, seeds=range(5)) >= 0.85
 
 
 @pytest.mark.slow
 def test_theory_matches_gradient_flow_simulation():
     """The network itself (A's exact gradient flow) at D = 1000 against the replica curve."""
-    assert _agreement(SETTINGS[:2], [0.1, 0.3], dim=1000, seeds=range(4), method="flow") >= 0.75
+    assert _agreement(SETTINGS[:2], [0.1, 0.3], dim=1000, seeds=range(3), method="flow") >= 0.75
 
 
 def test_dask_local_cluster_gives_the_same_sweep_as_the_local_runner():
@@ -138,3 +138,14 @@ def test_phase_diagram_marks_infeasible_cells_and_full_overlap_prefers_pt_depend
     new = df[(df.overlap == 0.0) & (df.ratio == 1.0)].iloc[0]
     assert same.best == "II"  # spec §5.6(c) at alpha = 0.2: II wins when FT reuses all PT features
     assert new.best in ("I", "IV") and new.error_I < new.error_II
+
+
+def test_report_lorder_part_checks_the_trade_off(tmp_path):
+    """The report's l-order/PD maps: every cell obeys l in [1,2], PD in [-1,0], and none reaches (1, -1)."""
+    from ftlab.report import ReportContext
+    from ftlab.report.replica import run
+
+    md = run(ReportContext(out_dir=tmp_path, figures=("lorder",), workers=1))
+    assert "![](replica/lorder.png)" in md and (tmp_path / "replica" / "lorder.png").exists()
+    assert "not reproduced" not in md and md.count("**reproduced**") == 2
+    assert "### Fig. 3" not in md  # only the requested figure

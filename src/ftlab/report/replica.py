@@ -42,8 +42,8 @@ def _size(ctx):
     if ctx.full:
         return {"alphas": list(np.linspace(0.01, 0.5, 80)), "sim_alphas": list(np.linspace(0.01, 0.5, 11)),
                 "dim": 2000, "seeds": list(range(14))}
-    return {"alphas": list(np.linspace(0.01, 0.5, 25)), "sim_alphas": [0.05, 0.15, 0.25, 0.35, 0.45], "dim": 300,
-            "seeds": [0, 1]}
+    return {"alphas": list(np.linspace(0.01, 0.5, 25)), "sim_alphas": [0.1, 0.2, 0.35], "dim": 400,
+            "seeds": [0, 1, 2]}
 
 
 def _curves(ctx, name, settings, alphas):
@@ -222,7 +222,8 @@ def _fig4(ctx) -> str:
     settings = [_base(o, r, lam=lam, gamma=g) for (o, r) in TASKS.values() for lam, g in REGIMES.values()]
     alphas = sorted(set(size["alphas"]) | set(TABLE_ALPHAS))
     theory = _curves(ctx, "fig4", settings, alphas)
-    sims = _sims(ctx, "fig4", settings, TABLE_ALPHAS, size["dim"], size["seeds"])
+    seeds = size["seeds"] if ctx.full else [0, 1, 2, 3, 4]
+    sims = _sims(ctx, "fig4", settings, TABLE_ALPHAS, size["dim"], seeds)
     d = ctx.section_dir("replica")
     save_table(theory, d / "fig4_theory.csv", params={"figure": "fig4"})
     save_table(sims, d / "fig4_sims.csv", params={"figure": "fig4", "dim": size["dim"], "seeds": size["seeds"]})
@@ -260,7 +261,10 @@ def _fig4(ctx) -> str:
                         f"{' / '.join(f'{x:.4f}' for x in gh)} | {' / '.join(f'{x:g}' for x in ref)} | {sim_txt} |")
     best = {}
     for tname, (o, r) in TASKS.items():
-        errs = {reg: _err_at(theory, _base(o, r, lam=lam, gamma=g), 0.1) for reg, (lam, g) in REGIMES.items()}
+        errs = {}
+        for reg, (lam, g) in REGIMES.items():
+            th = _match(theory, _base(o, r, lam=lam, gamma=g))
+            errs[reg] = float(th[(th.alpha >= 0.05) & (th.alpha <= 0.5)].error.mean())
         best[tname] = (min(errs, key=errs.get), errs)
     inside, total = _agreement(theory, sims, settings)
     t_new, t_same, t_sub = list(TASKS)
@@ -276,11 +280,12 @@ def _fig4(ctx) -> str:
         + " / ".join(f"{a:g}" for a in TABLE_ALPHAS) + ". Our default rule is composite Gauss-Legendre (800 nodes); "
         "the spec's numbers were computed with 201 Gauss-Hermite nodes, whose error near the sharp prox kinks of "
         "small k reaches a few 1e-3 (see docs/replica.md); with that rule we match them to "
-        f"{max_dev:.1e}. Simulations: exact FT interpolator, D = {size['dim']}, {len(size['seeds'])} seeds.",
+        f"{max_dev:.1e}. Simulations: exact FT interpolator, D = {size['dim']}, {len(seeds)} seeds, mean ± 95% half-width.",
         "",
         *rows,
         "",
-        "| claim (paper, via the project's brief) | ftlab computed at alpha = 0.1 | verdict |",
+        "| claim (paper, via the project's brief) | ftlab computed: mean E_g over the curve's alphas in [0.05, 0.5] "
+        "| verdict |",
         "|---|---|---|",
         f"| 1: shared active dimensions -> Regime II best | best: {best[t_same][0]} "
         f"({', '.join(f'{k} {v:.4f}' for k, v in best[t_same][1].items())}) | {_verdict(best[t_same][0] == 'II')} |",
@@ -465,8 +470,8 @@ def _imperfect_pt(ctx) -> str:
     settings = [_base(1.0, 0.1, lam=lam, alpha_pt=ap) for ap in pts for lam in lams]
     settings += [_base(1.0, 0.1, lam=lam, alpha_pt=1.5, pt_noise=0.1) for lam in lams]
     theory = _curves(ctx, "imperfect_pt", settings, alphas)
-    dim = 1000 if ctx.full else 300
-    seeds = list(range(10)) if ctx.full else [0, 1, 2]
+    dim = 2000 if ctx.full else 1000
+    seeds = list(range(10)) if ctx.full else [0, 1, 2, 3]
     sim_settings = [s for s in settings if s.get("alpha_pt") == 0.2 and s["lam"] in (-0.9, 0.0)]
     sims = _sims(ctx, "imperfect_pt", sim_settings, [0.05, 0.1, 0.15], dim, seeds)
     d = ctx.section_dir("replica")
