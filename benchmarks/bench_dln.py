@@ -61,23 +61,14 @@ def run_setting(dim: int, lam: float, *, alpha=0.5, c=1e-3, gamma=0.0, seed=0) -
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dim", type=int, default=5000)
-    ap.add_argument("--lam", type=float, nargs="+", default=[0.0, -0.99])
-    ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/benchmarks.md")
-    args = ap.parse_args()
-    rows = []
-    for lam in args.lam:
-        r = run_setting(args.dim, lam)
-        print(r, flush=True)
-        rows.append(r)
+def render(rows: list[dict]) -> str:
+    """Markdown for docs/benchmarks.md from the rows of :func:`run_setting`."""
     lines = [
         "### Diagonal network: exact solve and exact flow vs the authors' GD",
         "",
-        f"D = {args.dim}, alpha_FT = 0.5 (N = {rows[0]['n']}), rho_PT = rho_FT = 0.1, overlap 0.5, PT oracle (a_PT = 1), "
-        "c = 1e-3, gamma = 0, seed 0; one BLAS thread; all three methods timed in the same process. "
-        "*dist* = ||beta - beta_solve|| / ||beta_solve||, *error* = (1/D)||beta - beta*_FT||^2. "
+        f"D = {rows[0]['dim']}, alpha_FT = 0.5 (N = {rows[0]['n']}), rho_PT = rho_FT = 0.1, overlap 0.5, PT oracle "
+        "(a_PT = 1), c = 1e-3, gamma = 0, seed 0; one BLAS thread; the three methods timed one after the other in "
+        "the same process. *dist* = ||beta - beta_solve|| / ||beta_solve||, *error* = (1/D)||beta - beta*_FT||^2. "
         "GD: lr 0.5, stop at training MSE < 1e-4 (authors' protocol); flow: the same stopping rule. "
         "Goals: solve >= 100x faster than GD; flow >= 10x faster than GD at equal endpoint accuracy.",
         "",
@@ -99,10 +90,22 @@ def main() -> None:
         + ", ".join(f"lam={r['lam']:g}: {r['gd_drift']:.1e}" for r in rows)
         + "; the flow's: " + ", ".join(f"{r['flow_drift']:.1e}" for r in rows) + " (rounding).",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section("dln", text)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dim", type=int, default=5000)
+    ap.add_argument("--lam", type=float, nargs="+", default=[0.0, -0.99])
+    ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    args = ap.parse_args()
+    rows = []
+    for lam in args.lam:
+        rows.append(run_setting(args.dim, lam))
+        print(rows[-1], flush=True)
+        if not args.no_write:  # after every setting, so that a long run leaves its finished part
+            write_section("dln", render(rows))
+    print(render(rows))
 
 
 if __name__ == "__main__":
