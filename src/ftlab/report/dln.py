@@ -170,14 +170,16 @@ def _sim_check(ctx, out) -> str:
                seed=ctx.seed)
     sims = df[df.simulate]
     agg = df.groupby(["task", "regime", "alpha"]).agg(error_pred=("error_pred", "mean")).reset_index()
-    sim_agg = sims.groupby(["task", "regime", "alpha"]).agg(error=("error", "mean")).reset_index()
+    sim_agg = sims.groupby(["task", "regime", "alpha"]).agg(error=("error", "mean"),
+                                                            error_pred=("error_pred", "mean")).reset_index()
     fig, axes = new_figure(1, 3, size=(14, 4))
     for ax, task in zip(axes, TASKS):
         for reg in REGIME_SETTINGS:
             sub = agg[(agg.task == task) & (agg.regime == reg)]
-            line = ax.plot(sub.alpha, sub.error_pred, "-", label=f"{reg}: implicit bias ({n_seeds} seeds)")[0]
+            line = ax.plot(sub.alpha, sub.error_pred, "-", label=f"Regime {reg}")[0]
             ss = sim_agg[(sim_agg.task == task) & (sim_agg.regime == reg)]
-            ax.plot(ss.alpha, ss.error, "o", color=line.get_color(), mfc="none", label=f"{reg}: gradient flow ({n_sim})")
+            ax.plot(ss.alpha, ss.error_pred, "x", color=line.get_color())
+            ax.plot(ss.alpha, ss.error, "o", color=line.get_color(), mfc="none", ms=8)
         ax.set_title(f"{task} (overlap {TASKS[task][0]:g}, rho_FT {TASKS[task][1]:g})", fontsize=9)
         ax.set_xlabel("alpha_FT")
         ax.set_ylabel("FT error (1/D)||beta - beta*||^2")
@@ -190,8 +192,9 @@ def _sim_check(ctx, out) -> str:
         f"Oracle PT (beta_PT = beta*_PT, a_PT = 1, rho_PT = 0.1), c = {C_PT:g}, then exact gradient flow of FT on "
         f"D = {dim}; regimes at the authors' draft-figure settings "
         "(I: lam -0.999999, gamma 1e-6; II: lam 0, gamma 0; III: lam 0, gamma 10; IV: lam -0.99, gamma 0). "
-        f"Lines: the implicit-bias argmin (Theorem 4.1), mean over {n_seeds} seeds; circles: the trained network "
-        f"(exact gradient flow of the four weight vectors), mean over the first {n_sim} seed(s).", "",
+        f"Lines: FT error of the implicit-bias argmin (Theorem 4.1), mean over {n_seeds} seeds; circles: the "
+        f"trained network (exact gradient flow of the four weight vectors) on the first {n_sim} seed(s); crosses: "
+        "the implicit-bias argmin on those same seeds (each cross sits inside its circle).", "",
         "![](dln/sim_check.png)", "",
         f"Agreement: {n_runs} simulated runs, all converged: {bool(sims.converged.all())}; max relative distance "
         f"||beta_flow - beta_pred|| / ||beta_pred|| = {sims.distance.max():.2e}; max |error - error_pred| = "
