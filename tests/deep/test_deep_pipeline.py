@@ -155,3 +155,18 @@ def test_report_section_renders_claims_and_figures(tmp_path, monkeypatch):
     for claim in table.claim:
         assert claim in md
     assert "](deep/fig_resnet_accuracy.png)" in md and (tmp_path / "deep" / "fig_resnet_accuracy.png").exists()
+
+
+def test_batchnorm_recalibration_matches_batch_statistics():
+    from ftlab.deep import absolute_scale_
+    from ftlab.deep.train import recalibrate_batchnorm_
+
+    net = resnet18(width=2, in_channels=1, num_classes=2, seed=0)
+    absolute_scale_(net, 3.0)  # stale running stats (still the init's 0 / 1)
+    X = torch.randn(30, 1, 8, 8)
+    assert recalibrate_batchnorm_(net, X, batch_size=10) == sum(
+        isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
+    with torch.no_grad():
+        z = net.stem.conv(X).double()
+    torch.testing.assert_close(net.stem.bn.running_mean.double(), z.mean(dim=(0, 2, 3)), rtol=1e-5, atol=1e-6)
+    assert net.stem.bn.momentum == 0.1 and not net.training

@@ -4,6 +4,7 @@
   of an epoch falls below ``loss_tol`` (as in Lippl & Lindsey 2024, who stop at 1e-2) or a step
   budget runs out; returns a :class:`TrainResult` (``converged``, ``n_iter``, ``residual``).
 * :func:`accuracy` -- top-1 accuracy in eval mode.
+* :func:`recalibrate_batchnorm_` -- recompute BatchNorm running statistics on given inputs.
 * :func:`layer_activations` -- activations of named modules, captured with forward hooks that are
   always removed.
 * :func:`layer_geometry` -- PR before/after, ENSD and linear CKA per layer of two models
@@ -23,7 +24,8 @@ from torch import nn
 from ftlab.metrics import ensd, linear_cka, participation_ratio
 from ftlab.validate import check_choice, check_int, check_nonnegative, check_positive
 
-__all__ = ["TrainResult", "train_", "accuracy", "layer_activations", "layer_geometry", "capture"]
+__all__ = ["TrainResult", "train_", "accuracy", "recalibrate_batchnorm_", "layer_activations", "layer_geometry",
+           "capture"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,34 @@ def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, batch_size: 
     for i in range(0, int(X.shape[0]), batch_size):
         correct += int((model(X[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
     return correct / max(int(X.shape[0]), 1)
+
+
+@torch.no_grad()
+def recalibrate_batchnorm_(model: nn.Module, X: torch.Tensor, *, batch_size: int | None = None) -> int:
+    """Reset every BatchNorm layer's running mean/variance and recompute them on ``X``; leaves the
+    model in eval mode. ``batch_size=None`` (default) uses one pass over all of ``X`` (the exact
+    statistics of ``X``); otherwise the per-batch statistics are averaged with equal weights
+    (PyTorch's cumulative average, ``momentum=None``).
+
+    Needed after rescaling a BatchNorm network: a rescale changes the activations but not the
+    running statistics collected before it, and a short fine-tuning run does not refresh them, so
+    eval-mode outputs would be mis-normalized. Returns the number of BatchNorm layers recalibrated.
+    """
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    try:
+        model.train()
+        bs = int(X.shape[0]) if batch_size is None else check_int("batch_size", batch_size, minimum=1)
+        for i in range(0, int(X.shape[0]), bs):
+            model(X[i:i + bs])
+    finally:
+        for m, mom in zip(bns, saved):
+            m.momentum = mom
+        model.eval()
+    return len(bns)
 
 
 @contextmanager

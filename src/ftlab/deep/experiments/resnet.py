@@ -16,7 +16,11 @@ every choice here is a documented option of :class:`ResNetProtocol`, modelled on
 4. **Fine-tune all parameters** on ``n_ft`` class-balanced images of a task: the 2 held-out
    Fashion-MNIST classes (``fmnist_heldout``) or the 10 MNIST digits (``mnist``, the offline
    stand-in for SVHN), SGD until the epoch-mean training loss < 1e-2 or ``ft_max_steps`` steps.
-5. **Measure** test accuracy on ``n_test`` test images of the task, and (for ``n_ft`` in
+5. **Recalibrate BatchNorm** running statistics on the ``n_ft`` fine-tuning images
+   (``bn_recalibrate=True``): a rescale changes activations but not the running statistics
+   gathered in pretraining, and a short fine-tuning run does not refresh them; without this step
+   rescaled networks collapse to one class in eval mode at small n_FT (a normalization artifact).
+6. **Measure** test accuracy on ``n_test`` test images of the task, and (for ``n_ft`` in
    ``geometry_at``) per layer the PR of the representation before/after fine-tuning, their ENSD and
    CKA, on ``n_geometry`` training images of the task.
 
@@ -40,7 +44,7 @@ import torch
 from ftlab.deep.experiments.data import FT_TASKS, balanced_subset, class_split, load_split, task_pool, to_tensor
 from ftlab.deep.interventions import absolute_scale_, reinit_readout_, relative_scale_
 from ftlab.deep.models.resnet import resnet18
-from ftlab.deep.train import accuracy, layer_geometry, train_
+from ftlab.deep.train import accuracy, layer_geometry, recalibrate_batchnorm_, train_
 from ftlab.validate import check_choice, check_int, check_positive
 
 __all__ = ["ResNetProtocol", "ResNetGrid", "QUICK", "FULL", "conditions", "pretrain_point", "finetune_point",
@@ -74,6 +78,7 @@ class ResNetProtocol:
     kappa_split: float = 0.5
     readout_mode: str = "normal"
     gamma_default: float = 1.0
+    bn_recalibrate: bool = True
 
     def __post_init__(self):
         check_int("width", self.width, minimum=1)
@@ -193,8 +198,12 @@ def finetune_point(*, seed: int, task: str, n_ft: int, intervention: str, value:
     pre = copy.deepcopy(model)
     tid = FT_TASKS.index(task)
     idx = balanced_subset(y, n_ft, seed=[seed, tid, n_ft])
-    res = train_(model, to_tensor(x[idx]), torch.from_numpy(y[idx]), lr=proto.ft_lr, max_steps=proto.ft_max_steps,
+    X_ft = to_tensor(x[idx])
+    res = train_(model, X_ft, torch.from_numpy(y[idx]), lr=proto.ft_lr, max_steps=proto.ft_max_steps,
                  batch_size=proto.ft_batch, momentum=proto.momentum, loss_tol=proto.loss_tol, seed=seed)
+    if proto.bn_recalibrate:
+        recalibrate_batchnorm_(model, X_ft)
+        recalibrate_batchnorm_(pre, X_ft)
     xt, yt, _ = task_pool(task, "test", seed, proto.n_pt_classes)
     ti = np.random.default_rng([seed, tid, 2]).permutation(len(yt))[:proto.n_test]
     rec = {"acc": accuracy(model, to_tensor(xt[ti]), torch.from_numpy(yt[ti])), "converged": res.converged,
