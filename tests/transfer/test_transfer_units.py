@@ -64,6 +64,15 @@ def test_task_vector_arithmetic_and_apply():
     half = tv.apply(base, alpha=0.5)
     torch.testing.assert_close(half[0].weight, base[0].weight + 0.5 * tv["0.weight"])
     assert tv.apply_(base, 1.0) is base  # in place, by name
+    # a tied weight listed under two names gets its delta once
+    tied = nn.Sequential(nn.Embedding(5, 3), nn.Linear(3, 5, bias=False))
+    tied[1].weight = tied[0].weight
+    before = tied[0].weight.detach().clone()
+    delta = torch.ones(5, 3)
+    TaskVector({"0.weight": delta, "1.weight": delta}).apply_(tied)
+    torch.testing.assert_close(tied[0].weight.detach(), before + delta)
+    with pytest.raises(ValueError, match="tied"):
+        TaskVector({"0.weight": delta, "1.weight": 2 * delta}).apply_(tied)
     torch.testing.assert_close(base[0].weight, ft[0].weight)
 
 

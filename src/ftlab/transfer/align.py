@@ -214,10 +214,10 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
         wa = _inv_power(stats.a.scatter(center=center), whiten_p, eps)
         C = wa @ C @ _inv_power(stats.b.scatter(center=center), whiten_p, eps)
-    sv = torch.linalg.svdvals(C)
+    U, sv, Vh = torch.linalg.svd(C.to(torch.float64), full_matrices=False)
     rank = int((sv > sv[0] * max(da, db) * torch.finfo(torch.float64).eps).sum())
     if stats.n < min(da, db) or rank < min(da, db):
         warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank}) for widths {da} -> {db}; "
                       "it is partly arbitrary (use more calibration data)", RankWarning, stacklevel=2)
-    R = procrustes(C)
+    R = U @ Vh  # = procrustes(C), from the same SVD
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka)

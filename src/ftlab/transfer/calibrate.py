@@ -141,7 +141,10 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                         rows_b.append(rb)
                     if rows_a:
                         st = stats[(tp, side)]
-                        st.update(torch.cat(rows_a), torch.cat(rows_b))
+                        if len(rows_a) == 1:
+                            st.update(rows_a[0], rows_b[0])
+                        else:
+                            st.update(torch.cat(rows_a), torch.cat(rows_b))
                         # a NaN/inf row makes the running column sum non-finite: an O(width) check per batch
                         for who, mom, name in (("source", st.a, sp), ("target", st.b, tp)):
                             if not torch.isfinite(mom.sum).all():

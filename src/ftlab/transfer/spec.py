@@ -216,6 +216,9 @@ def infer_spec(model: nn.Module, *, zero_params: Iterable[str] = DEFAULT_ZERO,
                 raise ValueError(f"override for {pname!r} refers to unknown point {r.point!r}")
         rules[pname] = rs
     params = dict(model.named_parameters())
+    # a tied weight (e.g. an LM head sharing the embedding table) is listed once by named_parameters;
+    # its other owners' rules are dropped, so the shared tensor is transported once, by its first owner
+    rules = {p: rs for p, rs in rules.items() if p in params or p in overrides}
     missing = [p for p in params if p not in rules]
     if missing:
         raise ValueError(f"parameter {missing[0]!r} has no transport rule")

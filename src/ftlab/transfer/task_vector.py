@@ -160,18 +160,23 @@ class TaskVector(Mapping):
         """Add ``alpha * tau`` to ``model``'s parameters and buffers **in place**; returns ``model``.
 
         Every key must name an entry of the model's state dict with the same shape, unless
-        ``lenient`` (then mismatches are skipped and logged). Nothing is changed when a strict
-        check fails.
+        ``lenient`` (then mismatches are skipped and logged). Tied weights listed under several
+        names get their delta once. Nothing is changed when a check fails.
         """
         check_finite("alpha", float(alpha))
         state = model.state_dict(keep_vars=True)
-        plan = []
+        plan, owner = [], {}
         for k, v in self.items():
             if k not in state or state[k].shape != v.shape:
                 why = "missing" if k not in state else f"shape {tuple(state[k].shape)} != {tuple(v.shape)}"
                 if not lenient:
                     raise ValueError(f"cannot apply task vector: model entry {k!r} is {why} (lenient=True skips it)")
                 log.warning("apply_: skipping %s (%s)", k, why)
+                continue
+            first = owner.setdefault(id(state[k]), k)
+            if first != k:  # a tied weight (same tensor under two names): add its delta once
+                if not torch.equal(self[first], v):
+                    raise ValueError(f"{k!r} and {first!r} are the same tied tensor but have different deltas")
                 continue
             plan.append((state[k], v))
         with torch.no_grad():
