@@ -6,8 +6,9 @@ Side by side in one run and one process, one BLAS thread each:
 
 * ``solve``: :func:`ftlab.dln.solve_implicit_bias` to relative residual 1e-12 (the reference);
 * ``gd``: :func:`ftlab.dln.gradient_descent`, lr 0.5, until training MSE < 1e-4 (authors' protocol);
-* ``flow``: :func:`ftlab.dln.gradient_flow` stopped by the *same* rule (training MSE < 1e-4),
-  so that its endpoint accuracy is at least GD's (both distances are reported).
+* ``flow``: :func:`ftlab.dln.gradient_flow` stopped by the *same* rule (training MSE < 1e-4), with
+  BDF tolerances rtol 1e-2 / atol 1e-5 (the path is traced to ~1e-2; GD's own path error is O(lr));
+  the endpoint distances of flow and GD to the exact solution are reported side by side.
 
 Run: ``.venv/bin/python benchmarks/bench_dln.py`` (several minutes: GD needs tens of thousands of
 full-batch steps), or ``--dim 1000`` for a quick look. Results go to docs/benchmarks.md (section ``dln``).
@@ -43,7 +44,7 @@ def run_setting(dim: int, lam: float, *, alpha=0.5, c=1e-3, gamma=0.0, seed=0) -
     X, y, star = p.X_ft, p.y_ft, p.beta_ft_star
     solve, t_solve = _timed(lambda: dln.solve_implicit_bias(X, y, w.k))
     ref = solve.beta
-    flow, t_flow = _timed(lambda: dln.gradient_flow(w, X, y, tol=1e-4, rtol=1e-3, atol=1e-6))
+    flow, t_flow = _timed(lambda: dln.gradient_flow(w, X, y, tol=1e-4, rtol=1e-2, atol=1e-5))
     gd, t_gd = _timed(lambda: dln.gradient_descent(w, X, y, lr=0.5, tol=1e-4))
 
     def rel(b):
@@ -69,7 +70,7 @@ def render(rows: list[dict]) -> str:
         f"D = {rows[0]['dim']}, alpha_FT = 0.5 (N = {rows[0]['n']}), rho_PT = rho_FT = 0.1, overlap 0.5, PT oracle "
         "(a_PT = 1), c = 1e-3, gamma = 0, seed 0; one BLAS thread; the three methods timed one after the other in "
         "the same process. *dist* = ||beta - beta_solve|| / ||beta_solve||, *error* = (1/D)||beta - beta*_FT||^2. "
-        "GD: lr 0.5, stop at training MSE < 1e-4 (authors' protocol); flow: the same stopping rule. "
+        "GD: lr 0.5, stop at training MSE < 1e-4 (authors' protocol); flow: the same stopping rule (BDF, rtol 1e-2). "
         "Goals: solve >= 100x faster than GD; flow >= 10x faster than GD at equal endpoint accuracy.",
         "",
         "| lam (regime) | solve: s (Newton steps) | flow: s (steps) | GD: s (steps) | GD / solve | GD / flow "
