@@ -229,3 +229,35 @@ def test_bad_input_raises_value_error(kw, match):
 def test_infeasible_statistics_raise():
     with pytest.raises(ValueError, match="overlap"):
         TaskSpec(rho_pt=0.05, rho_ft=0.1, overlap=1.0)
+
+
+class _Hysteresis:
+    """A planted fixed-point problem with a fold (two stable branches for alpha in (0.3075, 0.6925)).
+
+    A = 1/(1 + theta) fixes theta = 1/alpha - 1, so alpha(theta) = 1/(1 + theta) is known inside; then
+    B = alpha theta0 exp(-h), h = x^3 - x + (2 alpha - 1), x = log theta0: fixed points are the roots of h.
+    """
+
+    second_moment = 1.0
+
+    def __call__(self, theta0, theta):
+        from ftlab.dln.replica.expect import Moments
+
+        a = 1.0 / (1.0 + theta)
+        x = np.log(theta0)
+        e = np.exp(-(x**3 - x + 2 * a - 1))
+        return Moments(A=a, B=a * theta0 * e, dA_dtheta0=0.0, dA_dtheta=-(a**2),
+                       dB_dtheta0=a * e * (1 - (3 * x * x - 1)), dB_dtheta=theta0 * e * (-(a**2)) * (1 - 2 * a))
+
+
+def test_continuation_detects_and_reports_two_branches():
+    alphas = np.linspace(0.1, 0.9, 17)
+    df = solve_curve(_Hysteresis(), alphas)
+    assert df.converged.all()
+    both = (alphas > 0.3075) & (alphas < 0.6925)  # where x^3 - x + s has three real roots
+    assert np.array_equal(df.n_branches.to_numpy() == 2, both)
+    # inside the fold the lower-error (lower) branch, found by the backward pass, is kept
+    assert set(df.branch[both]) == {"backward"} and set(df.branch[~both]) == {"unique"}
+    x = np.log(df.theta0.to_numpy())
+    assert np.allclose(x**3 - x + 2 * alphas - 1, 0, atol=1e-8)
+    assert np.all(x[both] < -0.5)
