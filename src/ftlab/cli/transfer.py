@@ -121,11 +121,11 @@ def load_batches(ref: str, batch_size: int, max_batches: int | None):
 @click.option("--target-arch", default=None, help="B's architecture (same forms as --source-arch).")
 @click.option("--hf-class", default="AutoModel", show_default=True,
               help="transformers class for HF config folders, e.g. BertForSequenceClassification.")
-@click.option("--data", "data", required=True, help="Calibration data: a .safetensors/.pt file of equal-length tensors "
-              "(batched as dicts along dim 0) or a module:function returning batches.")
+@click.option("--data", "data", default=None, help="Calibration data: a .safetensors/.pt file of equal-length tensors "
+              "(batched as dicts along dim 0) or a module:function returning batches (not needed by naive/identity).")
 @click.option("--target-data", default=None, help="Separate calibration data for B (same samples, B's preprocessing).")
-@click.option("--loss", "loss_ref", required=True, help="module:function or file.py:function computing loss(model, batch); "
-              "'hf' uses model(**batch).loss.")
+@click.option("--loss", "loss_ref", default=None, help="module:function or file.py:function computing loss(model, batch); "
+              "'hf' uses model(**batch).loss (not needed by naive/identity).")
 @click.option("--method", type=click.Choice(METHODS), default="bico", show_default=True, help="Transfer method.")
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector.")
 @click.option("--depth-map", type=click.Choice(DEPTH), default="nearest_relative", show_default=True,
@@ -182,10 +182,13 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     A = build_model(source_arch, source_base, hf_class, "source base")
     A_ft = build_model(source_arch, source_finetuned, hf_class, "source finetuned")
     B = build_model(target_arch, target_base, hf_class, "target base")
-    loss = _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
-    batches = load_batches(data, batch_size, max_batches)
+    calibrated = method not in ("naive", "identity")
+    if calibrated and (data is None or loss_ref is None):
+        raise ValueError(f"--method {method} needs calibration data and a loss: give --data and --loss")
+    loss = None if loss_ref is None else _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
+    batches = None if data is None else load_batches(data, batch_size, max_batches)
     kwargs = {}
-    if target_data is not None:
+    if target_data is not None and batches is not None:
         kwargs = {"source_batches": batches, "target_batches": load_batches(target_data, batch_size, max_batches)}
         batches = None
     if method in ("bico", "activation_only", "gradient_only"):

@@ -174,6 +174,8 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
         stacks = [p for p in find_stacks(target_base) if p in find_stacks(source_base)]
         cka = layer_cka_scores(source_base, target_base, stacks, head, loss)
     lmap: LayerMap = build_layer_map(source_base, target_base, depth_map, cka_scores=cka)
+    if hasattr(m, "check"):
+        m.check(tau_a, TransferProblem(lmap, target_shapes))
     stats = None
     pairs: dict[str, str] = {}
     n_batches = 0

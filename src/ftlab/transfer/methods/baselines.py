@@ -53,6 +53,12 @@ class NaiveTransfer:
                              "which the source task vector lacks")
         return tau_a[src]
 
+    def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
+        """Fail early (before any calibration) when shapes must match and do not."""
+        if self.strict_shapes:
+            NaiveTransfer.prepare(self, problem)
+            NaiveTransfer.apply(self, tau_a)
+
     def apply(self, tau_a: TaskVector) -> TaskVector:
         if self.problem is None:
             raise ValueError(f"{self.name}: call prepare() before apply()")
