@@ -159,14 +159,14 @@ class Captured:
         if not loss.requires_grad:
             raise ValueError("the loss does not require grad: no captured tensor influences it")
         grads = torch.autograd.grad(loss, targets, allow_unused=True) if targets else []
-        self.output_grads = {p: [torch.zeros_like(t) for t in outs] for p, outs in self.outputs.items()}
+        self.output_grads = {p: [None] * len(outs) for p, outs in self.outputs.items()}
         self.input_grads = {p: [None] * len(ins) for p, ins in self.inputs.items()} if input_grads else {}
         for (side, p, i), g in zip(keys, grads):
-            if side == "out":
-                if g is not None:
-                    self.output_grads[p][i] = g
-            else:
-                self.input_grads[p][i] = g
+            (self.output_grads if side == "out" else self.input_grads)[p][i] = g
+        for p, gs in self.output_grads.items():  # outputs the loss does not depend on: zero gradient
+            for i, g in enumerate(gs):
+                if g is None:
+                    gs[i] = torch.zeros_like(self.outputs[p][i])
 
 
 def _mha_forward(cap: Captured, name: str):
