@@ -109,8 +109,15 @@ class Moments:
             raise ValueError(f"dim={dim} is out of range: must be an integer >= 1")
         self.dim = int(dim)
         self.n = 0
-        self.sum = torch.zeros(dim, dtype=torch.float64)
+        self._sum: torch.Tensor | None = None  # allocated on the data's device by the first update
         self._gram = _Product(dim, dim, batch_dtype, flush_rows) if second else None
+
+    @property
+    def sum(self) -> torch.Tensor:
+        """Column sums (float64, ``(dim,)``)."""
+        if self._sum is None:
+            self._sum = torch.zeros(self.dim, dtype=torch.float64)
+        return self._sum
 
     @property
     def gram(self) -> torch.Tensor | None:
@@ -121,7 +128,11 @@ class Moments:
         """Add the rows of ``x`` (``(n_rows, dim)``); returns ``self``."""
         x = _as_rows(x, self.dim, "x")
         self.n += x.shape[0]
-        self.sum += x.sum(0, dtype=torch.float64)
+        s = x.sum(0, dtype=torch.float64)
+        if self._sum is None:
+            self._sum = s
+        else:
+            self._sum += s
         if self._gram is not None:
             self._gram.add(x, x)
         return self
@@ -131,7 +142,7 @@ class Moments:
         if other.dim != self.dim or (other._gram is None) != (self._gram is None):
             raise ValueError("cannot merge Moments with a different dim or second-moment setting")
         self.n += other.n
-        self.sum += other.sum
+        self._sum = self.sum + other.sum
         if self._gram is not None:
             self._gram.merge(other._gram)
         return self
@@ -212,8 +223,8 @@ class CrossMoments:
         """
         if not self.second:
             return math.nan
-        R = R.to(torch.float64)
         saa, sbb, sab = self.a.scatter(center=center), self.b.scatter(center=center), self.covariance(center=center)
+        R = R.to(device=saa.device, dtype=torch.float64)
         bb = float(torch.trace(sbb))
         if bb <= 0:
             return math.nan

@@ -219,5 +219,5 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
     if stats.n < min(da, db) or rank < min(da, db):
         warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank}) for widths {da} -> {db}; "
                       "it is partly arbitrary (use more calibration data)", RankWarning, stacklevel=2)
-    R = U @ Vh  # = procrustes(C), from the same SVD
+    R = (U @ Vh).cpu()  # = procrustes(C), from the same SVD (on the statistics' device)
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka)

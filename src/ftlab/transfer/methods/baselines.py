@@ -95,7 +95,7 @@ class GradFix(NaiveTransfer):
         """``stats = {"grad_sum": {name: sum of batch gradients}, "sign_votes": {name: sum of batch signs}}``."""
         self.problem = problem
         key = "grad_sum" if self.vote == "mean" else "sign_votes"
-        self.signs = {k: torch.sign(-v) if key == "grad_sum" else torch.sign(v) for k, v in stats[key].items()}
+        self.signs = {k: (torch.sign(-v) if key == "grad_sum" else torch.sign(v)).cpu() for k, v in stats[key].items()}
         return self
 
     def apply(self, tau_a: TaskVector) -> TaskVector:
