@@ -101,3 +101,30 @@ def test_hf_models_transfer_isometrically_to_a_wider_target(name):
     assert torch.isfinite(loss(m, batch))
     applied = TaskVector.from_models(B, m)  # tied weights appear under every name here, each added once
     assert TaskVector({k: applied[k] - tv[k] for k in tv}).norm() < 1e-5 * max(tv.norm(), 1e-12)
+
+
+def test_vit_with_other_resolution_needs_token_interpolation():
+    """Same images at 16 px (2x2 patches + CLS) for A and 24 px (3x3 + CLS) for B: rows paired by interpolate2d."""
+    def vit_res(width, image):
+        cfg = transformers.ViTConfig(image_size=image, patch_size=8, hidden_size=width, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=2 * width, num_labels=3)
+        return transformers.ViTForImageClassification(cfg)
+
+    torch.manual_seed(0)
+    A, B = vit_res(16, 16), vit_res(24, 24)
+    A_ft = copy.deepcopy(A)
+    with torch.no_grad():
+        for p in A_ft.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    src = image_batches(torch.Generator().manual_seed(5))
+    tgt = [{"pixel_values": torch.nn.functional.interpolate(b["pixel_values"], size=24, mode="bilinear"),
+            "labels": b["labels"]} for b in src]
+    with pytest.raises(ValueError, match="equal token counts"):
+        fit_transfer(A, A_ft, B, source_batches=src, target_batches=tgt, loss=hf_loss)
+    res = fit_transfer(A, A_ft, B, source_batches=src, target_batches=tgt, loss=hf_loss, seq_align="interpolate2d")
+    rows = {r["target"]: r for r in res.layers()}
+    # the patch conv's rows are its 3x3 output grid (A's 2x2 grid resampled); transformer rows are 10 tokens
+    assert rows["vit.embeddings.patch_embeddings.projection"]["in_rows"] == 3 * 4 * 9
+    assert rows["vit.layers.0.attention.q_proj"]["in_rows"] == 3 * 4 * 10
+    for rec in rows.values():
+        assert rec["target_norm"] == pytest.approx(rec["source_norm"], rel=1e-5, abs=1e-9)
