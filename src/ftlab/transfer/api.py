@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ftlab.transfer.align import SEQ_ALIGN, MapFit
-from ftlab.transfer.calibrate import _first, collect_maps_stats, collect_target_grads, layer_cka_scores, paired_batches
+from ftlab.transfer.calibrate import collect_maps_stats, collect_target_grads, layer_cka_scores, paired_batches, peek
 from ftlab.transfer.layer_map import DEPTH_RULES, LayerMap, build_layer_map, find_stacks
 from ftlab.transfer.methods import get_method
 from ftlab.transfer.problem import TransferProblem
@@ -170,7 +170,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
                 raise ValueError("depth_map='cka' needs re-iterable batches (a list or a DataLoader), "
                                  "not a one-shot iterator")
         pairs_iter, _ = paired_batches(batches, source_batches, target_batches)
-        head, _ = _first(pairs_iter, cka_batches)
+        head, _ = peek(pairs_iter, cka_batches)
         stacks = [p for p in find_stacks(target_base) if p in find_stacks(source_base)]
         cka = layer_cka_scores(source_base, target_base, stacks, head, loss)
     lmap: LayerMap = build_layer_map(source_base, target_base, depth_map, cka_scores=cka)

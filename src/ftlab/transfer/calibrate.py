@@ -22,7 +22,7 @@ from ftlab.stats import CrossMoments
 from ftlab.transfer.align import align_tokens, to_tokens
 from ftlab.transfer.spec import TransportSpec
 
-__all__ = ["calibration_mode", "collect_maps_stats", "collect_target_grads", "layer_cka_scores", "paired_batches"]
+__all__ = ["calibration_mode", "collect_maps_stats", "collect_target_grads", "layer_cka_scores", "paired_batches", "peek"]
 
 _SOURCES = {("in", "act"): "inputs", ("in", "grad_in"): "input_grads",
             ("out", "act"): "outputs", ("out", "grad"): "output_grads"}
@@ -183,7 +183,7 @@ def collect_target_grads(target: nn.Module, batches: Iterable, loss: Callable, *
     return {"grad_sum": grad_sum, "sign_votes": votes, "n_batches": n}
 
 
-def _first(batches, k: int):
+def peek(batches, k: int):
     """The first ``k`` items and an iterable that still yields all of them (works for one-shot iterators)."""
     if batches is None:
         return [], None
