@@ -95,3 +95,15 @@ def test_float32_staging_buffer_flushes_exactly_once(flush_rows):
     merged = CrossMoments(7, 5, flush_rows=flush_rows).update(A[:100].float(), B[:100].float())
     merged.merge(CrossMoments(7, 5, flush_rows=flush_rows).update(A[100:].float(), B[100:].float()))
     assert float(torch.linalg.norm(merged.cross - exact.cross) / torch.linalg.norm(exact.cross)) < 1e-5
+
+
+def test_cka_after_a_map_matches_direct_computation():
+    from ftlab.metrics import linear_cka
+
+    A, B = data(seed=4)
+    cm = CrossMoments(7, 5, second=True).update(A, B)
+    R = torch.linalg.qr(torch.randn(7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))[0]
+    assert cm.linear_cka(R) == pytest.approx(linear_cka((A @ R).numpy(), B.numpy()), rel=1e-9)
+    Q = torch.linalg.qr(torch.randn(7, 7, dtype=torch.float64))[0]
+    sq = CrossMoments(7, 7, second=True).update(A, A @ Q)
+    assert sq.linear_cka(Q) == pytest.approx(sq.linear_cka(), rel=1e-12)  # invariant to orthogonal maps

@@ -231,15 +231,20 @@ class CrossMoments:
         sq = float(torch.sum(R * (saa @ R))) - 2.0 * float(torch.sum(R * sab)) + bb
         return math.sqrt(max(sq, 0.0) / bb)
 
-    def linear_cka(self) -> float:
+    def linear_cka(self, R: torch.Tensor | None = None) -> float:
         """Linear CKA of the two streams (Kornblith et al. 2019), from the centred sums.
 
-        ``CKA = ||A_c^T B_c||_F^2 / (||A_c^T A_c||_F ||B_c^T B_c||_F)``; NaN without second moments
-        or when either side is constant.
+        ``CKA = ||A_c^T B_c||_F^2 / (||A_c^T A_c||_F ||B_c^T B_c||_F)``. With a map ``R``
+        (``dim_a x dim_b``) it is the CKA of ``A R`` and ``B`` (equal to the plain CKA when ``R`` is
+        orthogonal; lower when ``R`` discards directions). NaN without second moments or when either
+        side is constant.
         """
         if not self.second:
             return math.nan
-        num = float(torch.linalg.matrix_norm(self.covariance(center=True)) ** 2)
-        na = torch.linalg.matrix_norm(self.a.scatter(center=True))
-        den = float(na * torch.linalg.matrix_norm(self.b.scatter(center=True)))
+        cab, saa = self.covariance(center=True), self.a.scatter(center=True)
+        if R is not None:
+            R = R.to(device=cab.device, dtype=torch.float64)
+            cab, saa = R.T @ cab, R.T @ saa @ R
+        num = float(torch.linalg.matrix_norm(cab) ** 2)
+        den = float(torch.linalg.matrix_norm(saa) * torch.linalg.matrix_norm(self.b.scatter(center=True)))
         return num / den if den > 0 else math.nan

@@ -156,8 +156,10 @@ def test_bico_narrower_target_gets_the_best_projection():
     # the fitted maps reproduce B's rows from A's exactly (residual ~ 0) while pad/truncate does not
     for rec in res.layers():
         assert rec["out_residual_fit"] < 1e-6
+        assert rec["out_cka_fit"] == pytest.approx(1.0, abs=1e-9)  # A's rows mapped by R are B's rows
         if "in_residual_fit" in rec and rec["target"] != "fc1":
             assert rec["in_residual_naive"] > 1e-3
+            assert rec["in_cka_fit"] == pytest.approx(1.0, abs=1e-9) and rec["in_cka_naive"] < 0.99
 
 
 # ---------------------------------------------------------------------------------------------

@@ -176,7 +176,9 @@ class MapFit:
     ``R`` is ``d_A x d_B`` (float64). ``residual`` is ``||A R - B||_F / ||B||_F`` on the
     calibration rows (NaN without second moments), ``residual_naive`` the same for the
     pad/truncate map, ``cka`` the linear CKA of the two row sets (invariant to orthogonal maps:
-    how alignable the spaces are at best), ``rank`` the numerical rank of the cross-covariance.
+    how alignable the spaces are at best), ``cka_naive``/``cka_fit`` the CKA of ``A M`` and ``B``
+    for the pad/truncate map and the fitted map (they differ only when a map drops directions),
+    ``rank`` the numerical rank of the cross-covariance.
     ``converged``/``n_iter`` follow the library's solver convention (a closed-form SVD: always
     ``True``/``1``; ``False`` only when the cross-covariance was zero and the naive map was used).
     """
@@ -188,6 +190,8 @@ class MapFit:
     residual: float
     residual_naive: float
     cka: float
+    cka_naive: float = math.nan
+    cka_fit: float = math.nan
     converged: bool = True
     n_iter: int = 1
 
@@ -208,7 +212,8 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
     if not torch.any(C != 0):
         warnings.warn(f"{name}: the {source} cross-covariance is zero (no signal reached this point); "
                       "using the pad/truncate map", RankWarning, stacklevel=2)
-        return MapFit(naive, source, stats.n, 0, res_naive, res_naive, cka, converged=False, n_iter=0)
+        cka_naive = stats.linear_cka(naive)
+        return MapFit(naive, source, stats.n, 0, res_naive, res_naive, cka, cka_naive, cka_naive, converged=False, n_iter=0)
     if whiten_p > 0:
         if not stats.second:
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
@@ -220,4 +225,5 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
         warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank}) for widths {da} -> {db}; "
                       "it is partly arbitrary (use more calibration data)", RankWarning, stacklevel=2)
     R = (U @ Vh).cpu()  # = procrustes(C), from the same SVD (on the statistics' device)
-    return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka)
+    return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
+                  stats.linear_cka(naive), stats.linear_cka(R))

@@ -74,7 +74,8 @@ class TransferResult:
             for side, fit in zip(("in", "out"), self.fits.get(tp, (None, None))):
                 if isinstance(fit, MapFit):
                     rec.update({f"{side}_map": list(fit.R.shape), f"{side}_source": fit.source, f"{side}_rows": fit.n_rows,
-                                f"{side}_rank": fit.rank, f"{side}_cka": fit.cka,
+                                f"{side}_rank": fit.rank, f"{side}_cka": fit.cka, f"{side}_cka_naive": fit.cka_naive,
+                                f"{side}_cka_fit": fit.cka_fit,
                                 f"{side}_residual_naive": fit.residual_naive, f"{side}_residual_fit": fit.residual})
             rec.update(self.point_norms.get(tp, {}))
             rows.append(rec)
