@@ -56,7 +56,12 @@ def paired_batches(batches, source_batches, target_batches) -> tuple[Iterable, i
     sb = target_batches if target_batches is not None else batches
     if sa is None or sb is None:
         raise ValueError("give both source_batches and target_batches (or batches for the missing one)")
-    total = min(len(sa), len(sb)) if hasattr(sa, "__len__") and hasattr(sb, "__len__") else None
+    total = None
+    if hasattr(sa, "__len__") and hasattr(sb, "__len__"):
+        if len(sa) != len(sb):
+            raise ValueError(f"source_batches has {len(sa)} batches but target_batches has {len(sb)}: "
+                             "they must pair the same samples")
+        total = len(sa)
     return zip(sa, sb), total
 
 
