@@ -70,10 +70,13 @@ def _sims(ctx, name, settings, alphas, dim, seeds):
     keys = [k for k in raw.columns if k not in ("seed", "sim_error", "sim_converged")]
     rows = []
     for key, g in raw.groupby(keys, dropna=False, sort=False):
-        e = g.sim_error.to_numpy()
+        e = g.sim_error.to_numpy()[g.sim_converged.to_numpy(dtype=bool)]  # failed solves: counted in n_failed
         n = len(e)
+        if n == 0:
+            continue
         half = float(stats.t.ppf(0.975, n - 1) * e.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-        rows.append(dict(zip(keys, key)) | {"sim_mean": float(e.mean()), "sim_ci": half, "n": n})
+        rows.append(dict(zip(keys, key)) | {"sim_mean": float(e.mean()), "sim_ci": half, "n": n,
+                                            "n_failed": int((~g.sim_converged.astype(bool)).sum())})
     import pandas as pd
 
     return pd.DataFrame(rows)

@@ -184,11 +184,23 @@ def simulate_point(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
         res = simulate_ptft(spec, c=c, lam=lam, gamma=gamma, alpha_pt=alpha_pt, alpha=alpha, dim=dim, seed=seed,
                             method=method)
         return {"sim_error": float(res.error), "sim_converged": bool(getattr(res, "converged", True))}
-    from ftlab.dln.bias import solve_implicit_bias
-    from ftlab.dln.replica.prior import check_scales, k_from_pt
-    from ftlab.dln.tasks import sample_problem
+    from ftlab.dln.replica.prior import check_scales
 
     check_scales(c=c, lam=lam, gamma=gamma)
+    try:
+        return _implicit_point(spec, c=c, lam=lam, gamma=gamma, alpha=alpha, dim=dim, seed=seed, alpha_pt=alpha_pt)
+    except np.linalg.LinAlgError as exc:  # a failed interpolator solve is a flagged point, not a lost sweep
+        import logging
+
+        logging.getLogger(__name__).warning("interpolator solve failed (alpha=%g, seed=%d): %s", alpha, seed, exc)
+        return {"sim_error": float("nan"), "sim_converged": False}
+
+
+def _implicit_point(spec, *, c, lam, gamma, alpha, dim, seed, alpha_pt):
+    from ftlab.dln.bias import solve_implicit_bias
+    from ftlab.dln.replica.prior import k_from_pt
+    from ftlab.dln.tasks import sample_problem
+
     prob = sample_problem(spec, alpha=alpha, dim=dim, seed=seed, alpha_pt=alpha_pt)
     beta_pt = prob.beta_pt_star
     ok = True
@@ -214,8 +226,9 @@ def simulate_curve(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
     """Simulated FT error over ``alphas x seeds`` via :func:`ftlab.sweep.run_sweep`, aggregated per alpha.
 
     Returns ``(per_alpha, raw)``: per_alpha has alpha, sim_error_mean, sim_error_lo, sim_error_hi
-    (Student-t 95% interval of the mean over seeds), sim_error_ci (half-width), n_seeds; raw has one
-    row per (alpha, seed). ``store`` (a .jsonl path) makes the sweep resumable.
+    (Student-t 95% interval of the mean over seeds), sim_error_ci (half-width), n_seeds (finite runs),
+    n_failed (runs whose solver failed or did not converge: flagged, excluded from the mean) and
+    sim_converged; raw has one row per (alpha, seed). ``store`` (a .jsonl path) makes the sweep resumable.
     """
     from scipy import stats
 
@@ -232,12 +245,14 @@ def simulate_curve(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
     raw = run_sweep(simulate_point, points, store=store, scheduler=scheduler, workers=workers, desc="simulate")
     rows = []
     for a, g in raw.groupby("alpha", sort=True):
-        e = g["sim_error"].to_numpy()
+        n_failed = int((~g["sim_converged"].astype(bool)).sum())
+        e = g["sim_error"].to_numpy()[g["sim_converged"].to_numpy(dtype=bool)]
         n = len(e)
         half = float(stats.t.ppf(0.975, n - 1) * e.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
         m = float(e.mean())
         rows.append({"alpha": float(a), "sim_error_mean": m, "sim_error_ci": half, "sim_error_lo": m - half,
-                     "sim_error_hi": m + half, "n_seeds": n, "sim_converged": bool(g["sim_converged"].all())})
+                     "sim_error_hi": m + half, "n_seeds": n, "n_failed": n_failed,
+                     "sim_converged": n_failed == 0})
     import pandas as pd
 
     return pd.DataFrame(rows), raw
