@@ -203,30 +203,40 @@ def _dual_potential(u: np.ndarray, sqrt_k: np.ndarray) -> float:
     return float(np.sum(out))
 
 
-def _gram_lower(X: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """Lower triangle of ``X diag(h) X^T`` (h >= 0), in float32, by a symmetric rank-k update.
+def _gram_lower(X: np.ndarray, h: np.ndarray, *, single: bool) -> np.ndarray:
+    """Lower triangle of ``X diag(h) X^T`` (h >= 0) by a symmetric rank-k update, in float32 if ``single``."""
+    from scipy.linalg.blas import dsyrk, ssyrk
 
-    Used only to build Newton directions while far from the solution and CG preconditioners near it
-    (whose accuracy does not limit the final float64 residual), so single precision halves the cost
-    of the dominant O(N^2 D) step (and of its Cholesky factorization) without changing iterations
-    or results.
+    xs = X * np.sqrt(h)
+    if single:
+        return ssyrk(1.0, xs.astype(np.float32).T, trans=1, lower=1)
+    return dsyrk(1.0, xs.T, trans=1, lower=1)
+
+
+def _hessian_factor(X: np.ndarray, h: np.ndarray):
+    """Cholesky factor (lower, float64 storage) of ``X diag(h) X^T``.
+
+    Formed and factorized in float32 first: it only supplies Newton directions far from the
+    solution and CG preconditioners near it, neither of which limits the final float64 residual,
+    and it halves the dominant O(N^2 D) cost. If single precision is not positive definite
+    (condition number beyond ~1e7, e.g. for tiny k), float64 is used, with a growing diagonal
+    jitter as a last resort.
     """
-    from scipy.linalg.blas import ssyrk
-
-    xs = (X * np.sqrt(h)).astype(np.float32)
-    return ssyrk(1.0, xs.T, trans=1, lower=1)
-
-
-def _factor_spd(H: np.ndarray):
-    """Cholesky factor of a symmetric positive (semi)definite matrix (lower triangle used), jittered if needed."""
     import scipy.linalg as sla
 
     try:
-        c, low = sla.cho_factor(H, lower=True, check_finite=False)
+        c, low = sla.cho_factor(_gram_lower(X, h, single=True), lower=True, check_finite=False)
+        return c.astype(np.float64), low
     except np.linalg.LinAlgError:
-        jitter = 1e-6 * np.trace(H) / H.shape[0]  # the diagonal is filled
-        c, low = sla.cho_factor(H + jitter * np.eye(H.shape[0]), lower=True, check_finite=False)
-    return c.astype(np.float64), low  # solves in float64 (no per-call conversion)
+        pass
+    H = _gram_lower(X, h, single=False)
+    scale = np.trace(H) / H.shape[0]
+    for jitter in (0.0, 1e-14, 1e-12, 1e-10, 1e-8):
+        try:
+            return sla.cho_factor(H + jitter * scale * np.eye(H.shape[0]), lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            continue
+    raise np.linalg.LinAlgError("the Newton system X diag(h) X^T is singular: does X have full row rank?")
 
 
 def _pcg(matvec, b: np.ndarray, solve_m, *, rtol: float, maxiter: int) -> tuple[np.ndarray, bool, int]:
@@ -304,7 +314,7 @@ def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max
             if not ok:
                 step = None
         if step is None:
-            factor = _factor_spd(_gram_lower(X, h))
+            factor = _hessian_factor(X, h)
             step = sla.cho_solve(factor, -grad, check_finite=False)
         du = X.T @ step
         s = min(1.0, max_du / max(np.max(np.abs(du)), 1e-300))

@@ -8,7 +8,7 @@ Paper: Anguita et al. 2026, "A Theory of How Pretraining Shapes Inductive Bias i
 * ``sim_check``: PT (oracle) + FT gradient flow on the network vs the implicit-bias argmin, for
   the four regimes on three task types, and which regime generalizes best.
 
-Quick (default): D = 500, alpha in {0.05, 0.1, 0.2, 0.3}, 4 seeds (gradient flow on 1).
+Quick (default): D = 400, alpha in {0.05, 0.1, 0.2, 0.3}, 4 seeds (gradient flow on 1).
 ``--full``: D = 1000, seven alphas, 10 seeds (gradient flow on 3).
 """
 
@@ -160,7 +160,7 @@ def _sim_check(ctx, out) -> str:
     if ctx.full:
         dim, alphas, n_seeds, n_sim = 1000, [0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5], 10, 3
     else:
-        dim, alphas, n_seeds, n_sim = 500, [0.05, 0.1, 0.2, 0.3], 4, 1
+        dim, alphas, n_seeds, n_sim = 400, [0.05, 0.1, 0.2, 0.3], 4, 1
     seeds = [ctx.seed + s for s in range(n_seeds)]
     points = [p | {"simulate": p["seed"] < ctx.seed + n_sim}
               for p in grid(regime=list(REGIME_SETTINGS), task=list(TASKS), alpha=alphas, seed=seeds, dim=[dim])]
