@@ -100,14 +100,14 @@ def plain(A, B, batches) -> float:
 
 
 def memory_child(n_samples: int, batch: int, image: int) -> None:
-    import resource
+    from ftlab.transfer.api import _peak_rss_mb
 
     torch.set_num_threads(1)
     A, B = ViT(image=image, seed=0).eval(), ViT(image=image, seed=1).eval()
     stats, _ = calibrate(A, B, make_batches(n_samples // batch, batch, image, seed=n_samples))
     for st in stats.values():  # flush staged float32 products into the float64 sums, as the solves do
         st.cross  # noqa: B018
-    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"peak_rss_mb": _peak_rss_mb()}))
 
 
 def main() -> None:
@@ -125,6 +125,11 @@ def main() -> None:
         return
     from ftlab.transfer.align import fit_map
 
+    mem = {}  # first, in fresh processes (peak RSS of each child's own address space, VmHWM)
+    for n in (100, 1000):
+        out = subprocess.run([sys.executable, __file__, "--memory-child", str(n), "--mem-batch", str(args.mem_batch),
+                              "--mem-image", str(args.mem_image)], capture_output=True, text=True, check=True)
+        mem[n] = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
     torch.set_num_threads(1)
     A, B = ViT(image=args.image, seed=0), ViT(image=args.image, seed=1)
     batches = make_batches(args.batches, args.batch, args.image)
@@ -148,18 +153,13 @@ def main() -> None:
             fit_map(stats[key], source="act")
         per_shape[shape] = time.perf_counter() - t0
     t_solves = sum(per_shape[s] * c for s, c in shapes.items())
-    mem = {}
-    for n in (100, 1000):
-        out = subprocess.run([sys.executable, __file__, "--memory-child", str(n), "--mem-batch", str(args.mem_batch),
-                              "--mem-image", str(args.mem_image)], capture_output=True, text=True, check=True)
-        mem[n] = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
     bp, b32, b64 = min(t_plain), min(t_cap32), t_cap64
     shape_txt = ", ".join(f"{c} x ({s[0]}x{s[1]}): {per_shape[s]:.2f} s each" for s, c in sorted(shapes.items()))
     setup = (f"Randomly initialised plain-torch ViT-B/16 (width 768, 12 pre-LN layers, 12 heads, MLP 3072, patch 16) "
              f"as both source and target, float32, CPU, 1 thread. Timing runs: {args.batches} calibration batches of "
              f"{args.batch} images of {args.image}x{args.image} px ({rows} token rows per model), best of {args.repeat} "
              f"interleaved repeats. Memory runs: {args.mem_image}x{args.mem_image} px images, batches of "
-             f"{args.mem_batch}, each run in a fresh process (peak RSS, `getrusage`): calibration pass and the "
+             f"{args.mem_batch}, each run in a fresh process (peak resident memory, `VmHWM`): calibration pass and the "
              "float64 statistics, no solves.")
     rows_md = [
         ("plain forward + backward, both models", f"{bp:.2f} s", ""),

@@ -39,6 +39,18 @@ log = logging.getLogger(__name__)
 
 
 def _peak_rss_mb() -> float:
+    """Peak resident memory of this process (MB): ``VmHWM`` on Linux, else ``getrusage``.
+
+    ``ru_maxrss`` survives ``exec``, so a child started from a large parent would report the
+    parent's peak; ``VmHWM`` belongs to the current address space.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -50,7 +62,7 @@ class TransferResult:
     ``pairs[target_point] = source_point``; ``layer_map`` per stack; ``time_s`` wall time, split
     in ``timings`` (``calibration_s``: the forward-backward pass with capture and statistics;
     ``fit_s``: all map solves; ``apply_s``: transport); ``peak_rss_mb`` the process's peak resident
-    memory so far (``getrusage``).
+    memory so far (``VmHWM``).
     """
 
     task_vector: TaskVector
