@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 #: Methods compared in the table (short names as registered in ftlab.transfer); ``identity`` equals
 #: ``naive`` whenever it applies (same shapes), so it is not repeated.
 TRANSFER_METHODS: tuple[str, ...] = ("naive", "activation_only", "gradient_only", "gradfix", "bico")
+#: Text fine-tuning also freezes the 30522 x 384 word-embedding table: its delta would be sparse (only the
+#: tokens of a few hundred glosses) and transporting it costs a vocabulary-sized identity map; with it frozen,
+#: zeroing its (exactly zero) delta in the transfer loses nothing.
+TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.embeddings.word_embeddings")
 _GRID_FULL = tuple(round(0.1 * i, 10) for i in range(1, 31))
 _GRID_QUICK = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
 
@@ -222,6 +226,7 @@ def text_point(seed: int, config: dict) -> list[dict]:
     import torch
 
     from ftlab.data.text import load_minilm_l3, load_minilm_l6
+    from ftlab.transfer import DEFAULT_ZERO
     from ftlab.transfer.benchmark.finetune import finetune, task_loss
     from ftlab.transfer.benchmark.text import TextClassifier, fit_probe, load_text_task, probe_accuracy
 
@@ -234,8 +239,9 @@ def text_point(seed: int, config: dict) -> list[dict]:
     classes = range(len(d.classes))
     a = TextClassifier(enc_a, fit_probe(enc_a, d.probe_inputs, d.y_probe))
     b = TextClassifier(enc_b, fit_probe(enc_b, d.probe_inputs, d.y_probe))
-    a_ft = finetune(a, d.train_inputs, d.y_train, classes, config=cfg.text_finetune, seed=seed)
-    b_ft = finetune(b, d.train_inputs, d.y_train, classes, config=cfg.text_finetune, seed=seed)
+    recipe = dataclasses.replace(cfg.text_finetune, frozen=tuple(dict.fromkeys((*cfg.text_finetune.frozen, *TEXT_FROZEN))))
+    a_ft = finetune(a, d.train_inputs, d.y_train, classes, config=recipe, seed=seed)
+    b_ft = finetune(b, d.train_inputs, d.y_train, classes, config=recipe, seed=seed)
     held = {"val": (d.val_inputs, d.y_val), "test": (d.test_inputs, d.y_test)}
 
     def score(model, split):
@@ -246,7 +252,8 @@ def text_point(seed: int, config: dict) -> list[dict]:
         cal_pool=(d.train_inputs, d.y_train), loss=task_loss(classes), score=score, methods=cfg.methods,
         n_cal=min(cfg.n_cal, cfg.text_n_train), cal_sizes=[n for n in cfg.text_cal_sizes if n <= cfg.text_n_train],
         alpha_grid=cfg.text_alpha_grid, cal_batch_size=cfg.cal_batch_size,
-        transfer_options={"padding_mask": lambda batch: batch[0]["attention_mask"]})
+        transfer_options={"padding_mask": lambda batch: batch[0]["attention_mask"],
+                          "zero_params": (*DEFAULT_ZERO, "*word_embeddings*")})
 
 
 def run_benchmark(config: BenchmarkConfig, *, store=None, cache=None, workers: int | None = None, scheduler=None):
