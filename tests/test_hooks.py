@@ -33,16 +33,26 @@ def test_conv_gradient_from_unfolded_patches():
     from ftlab.transfer.align import to_tokens
 
     torch.manual_seed(1)
+    from ftlab.transfer.spec import infer_spec
+
     conv = nn.Conv2d(3, 4, 3, padding=1, stride=2).double()
     x = torch.randn(2, 3, 7, 7, dtype=torch.float64)
     with capture(conv) as cap:
         cap.backward(conv(x).sin().sum())
-    X, grid = to_tokens(cap.inputs[""][0], "conv2d", side="in", conv=((3, 3), (2, 2), (1, 1), (1, 1)))
+    X, grid = to_tokens(cap.inputs[""][0], "conv2d", side="in", conv=infer_spec(conv).points[""].conv)
     G, grid_out = to_tokens(cap.output_grads[""][0], "conv2d", side="out")
     assert grid == grid_out == (4, 4)
     conv(x).sin().sum().backward()
     dW = G.reshape(-1, 4).T @ X.reshape(-1, 27)
     torch.testing.assert_close(dW, conv.weight.grad.reshape(4, -1))
+    # padding="same" is turned into the equivalent explicit padding
+    same = nn.Conv2d(3, 4, 3, padding="same", dilation=2).double()
+    with capture(same) as cap:
+        cap.backward(same(x).sin().sum())
+    X, _ = to_tokens(cap.inputs[""][0], "conv2d", side="in", conv=infer_spec(same).points[""].conv)
+    G, _ = to_tokens(cap.output_grads[""][0], "conv2d", side="out")
+    same(x).sin().sum().backward()
+    torch.testing.assert_close(G.reshape(-1, 4).T @ X.reshape(-1, 27), same.weight.grad.reshape(4, -1))
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

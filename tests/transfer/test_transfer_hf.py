@@ -1,6 +1,6 @@
 """Hugging Face models (random tiny configs) are understood without hand-written specs.
 
-Table-driven over BERT, ViT, CLIP (vision tower) and T5. For a target that is at least as wide
+Table-driven over BERT, ViT, CLIP (vision tower), T5 and GPT-2. For a target that is at least as wide
 as the source in every space, every fitted map has orthonormal rows, so each layer's transported
 delta keeps exactly the source delta's norm, whatever the calibration data: a check that every
 parameter is carried on the right axes by the right maps.
@@ -61,6 +61,15 @@ def t5_batches(g):
     return [{"input_ids": _ids(g), "labels": _ids(g, t=5)} for _ in range(3)]
 
 
+def gpt2(width):
+    cfg = transformers.GPT2Config(vocab_size=30, n_positions=16, n_embd=width, n_layer=2, n_head=2)
+    return transformers.GPT2LMHeadModel(cfg)  # Conv1D layers (weights stored in x out), tied LM head
+
+
+def lm_batches(g):
+    return [{"input_ids": (ids := _ids(g)), "labels": ids} for _ in range(3)]
+
+
 def hf_loss(model, batch):
     return model(**batch).loss
 
@@ -71,7 +80,7 @@ def clip_loss(model, batch):
 
 
 CASES = {"bert": (bert, bert_batches, hf_loss), "vit": (vit, image_batches, hf_loss),
-         "clip": (clip, image_batches, clip_loss), "t5": (t5, t5_batches, hf_loss)}
+         "clip": (clip, image_batches, clip_loss), "t5": (t5, t5_batches, hf_loss), "gpt2": (gpt2, lm_batches, hf_loss)}
 
 
 @pytest.mark.parametrize("name", list(CASES))

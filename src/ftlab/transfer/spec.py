@@ -125,11 +125,20 @@ def _module_spec(name: str, mod: nn.Module) -> tuple[list[Point], dict] | None:
         if mod.groups != 1:
             raise ValueError(f"module {name!r} (Conv2d with groups={mod.groups}) is not supported: "
                              "only groups=1 convolutions have an out x in*k*k form; give a hand-written spec")
-        if isinstance(mod.padding, str):
-            raise ValueError(f"module {name!r} uses padding={mod.padding!r}: use integer padding or a hand-written spec")
+        padding = mod.padding
+        if padding == "valid":
+            padding = (0, 0)
+        elif padding == "same":
+            total = [d * (k - 1) for d, k in zip(mod.dilation, mod.kernel_size)]
+            if any(t % 2 for t in total):
+                raise ValueError(f"module {name!r} uses padding='same' with an even kernel (asymmetric padding): "
+                                 "give a hand-written spec")
+            padding = tuple(t // 2 for t in total)
+        if mod.padding_mode != "zeros":
+            raise ValueError(f"module {name!r} uses padding_mode={mod.padding_mode!r}: only zero padding is supported")
         c_out, c_in, kh, kw = mod.weight.shape
         pt = Point(name, "conv2d", int(c_in * kh * kw), int(c_out),
-                   (tuple(mod.kernel_size), tuple(mod.stride), tuple(mod.padding), tuple(mod.dilation)))
+                   (tuple(mod.kernel_size), tuple(mod.stride), tuple(padding), tuple(mod.dilation)))
         rules = {_j(name, "weight"): (Rule(_j(name, "weight"), "weight", name),)}
         if mod.bias is not None:
             rules[_j(name, "bias")] = (Rule(_j(name, "bias"), "out_vector", name),)
