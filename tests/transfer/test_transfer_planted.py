@@ -313,3 +313,36 @@ def test_bico_recovers_planted_transformer(ff_b):
         assert rec["target_norm"] == pytest.approx(rec["source_norm"], rel=1e-6)
         assert rec["out_residual_fit"] < 1e-6
     assert rel_err(transfer(A, A_ft, B, method="naive"), truth) > 0.1
+
+
+def test_ablations_use_their_own_statistics():
+    """On the square planted MLP the statistics differ in rank, which tells the methods apart.
+
+    fc1's output *activations* have rank <= d + 1 = 7 < 10 (an affine image of 6-dim data), so an
+    output map fitted on activations (activation-only) is partly arbitrary there, while the output
+    *gradients* (masked by the ReLU per sample) have full rank and BiCo is exact. fc3's input
+    activations and input gradients are both full rank, so every variant gets fc3 exactly.
+    """
+    from ftlab.transfer.align import RankWarning
+
+    g = torch.Generator().manual_seed(1)
+    torch.manual_seed(1)
+    A = MLP(6, 10, 8, 8).double()
+    A_ft = perturb(A, 2)
+    M1, M2 = perm_embed(10, 10, g), ortho(8, 8, g)
+    B = recode_mlp(A, M1, M2)
+    tau_a = {k: A_ft.state_dict()[k] - A.state_dict()[k] for k in A.state_dict()}
+    truth = mlp_truth(tau_a, M1, M2)
+    data = regression_batches(6, 8)
+    only = lambda tv, k: rel_err({k: tv[k]}, {k: truth[k]})  # noqa: E731
+    bico = transfer(A, A_ft, B, data, mse_loss)
+    with pytest.warns(RankWarning, match=r"fc1 \(out\): the act map"):
+        act = transfer(A, A_ft, B, data, mse_loss, method="activation_only")
+    with pytest.warns(RankWarning, match=r"fc1 \(in\).*zero"):  # fc1's input is data: no input gradient
+        grad = transfer(A, A_ft, B, data, mse_loss, method="gradient_only")
+    assert only(bico, "fc1.weight") < 1e-6 and only(act, "fc1.weight") > 1e-3
+    for tv in (bico, act, grad):
+        assert only(tv, "fc3.weight") < 1e-6
+    # in_map / out_map overrides reach the fit: BiCo with activation output maps behaves like activation-only
+    mixed = transfer(A, A_ft, B, data, mse_loss, out_map="act")
+    assert (mixed - act).norm() < 1e-10 * act.norm()

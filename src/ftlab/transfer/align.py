@@ -223,7 +223,8 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
     rank = int((sv > sv[0] * max(da, db) * torch.finfo(torch.float64).eps).sum())
     if stats.n < min(da, db) or rank < min(da, db):
         warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank}) for widths {da} -> {db}; "
-                      "it is partly arbitrary (use more calibration data)", RankWarning, stacklevel=2)
+                      "it is partly arbitrary (more calibration data helps unless the deficit is structural)", RankWarning,
+                      stacklevel=2)
     R = (U @ Vh).cpu()  # = procrustes(C), from the same SVD (on the statistics' device)
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
                   stats.linear_cka(naive), stats.linear_cka(R))
