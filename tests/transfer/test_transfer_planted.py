@@ -346,3 +346,51 @@ def test_ablations_use_their_own_statistics():
     # in_map / out_map overrides reach the fit: BiCo with activation output maps behaves like activation-only
     mixed = transfer(A, A_ft, B, data, mse_loss, out_map="act")
     assert (mixed - act).norm() < 1e-10 * act.norm()
+
+
+def cnn_truth(tau, M1, M2, M3):
+    I3 = torch.eye(3, dtype=DT)
+    truth = {}
+    for name, Mo, Mi in (("conv1", M1, I3), ("conv2", M2, M1), ("conv3", M3, M2)):
+        truth[f"{name}.weight"] = conv_recode(tau[f"{name}.weight"], Mo, Mi)
+        truth[f"{name}.bias"] = Mo.T @ tau[f"{name}.bias"]
+    truth["fc.weight"], truth["fc.bias"] = tau["fc.weight"] @ M3, tau["fc.bias"]
+    return truth
+
+
+def test_bico_narrower_cnn_gets_the_projection():
+    """A = a live CNN embedded with dead channels (and a rotated linear space); B = the live CNN re-coded."""
+    g = torch.Generator().manual_seed(11)
+    torch.manual_seed(11)
+    N = CNN(4, 5, 4).double()
+    E = (perm_embed(4, 6, g), ortho(5, 7, g), perm_embed(4, 5, g))
+    P = (perm_embed(4, 4, g), ortho(5, 5, g), perm_embed(4, 4, g))
+    A, B = recode_cnn(N, *E), recode_cnn(N, *P)
+    A_ft = perturb(A, 12)
+    sa, sf = A.state_dict(), A_ft.state_dict()
+    tau = {k: sf[k] - sa[k] for k in sa}
+    truth = cnn_truth(tau, *(e.T @ p for e, p in zip(E, P)))
+    tv = transfer(A, A_ft, B, regression_batches(0, 3, n_batches=3, n=16, shape=(16, 3, 8, 8)), mse_loss)
+    assert rel_err(tv, truth) < 1e-6
+    assert tv.norm() < 0.95 * sum(float(v.pow(2).sum()) for v in tau.values()) ** 0.5  # the dead part is dropped
+
+
+def test_bico_narrower_transformer_gets_the_projection():
+    """A's FFN has dead units (embedded from a live 12-unit FFN); B is the live network re-coded."""
+    g = torch.Generator().manual_seed(13)
+    torch.manual_seed(13)
+    N = TinyTransformer().double()
+    to_a = {"res": torch.eye(8, dtype=DT), **{f"{s}{i}": torch.eye(8, dtype=DT) for s in ("qk", "v") for i in range(2)},
+            **{f"ff{i}": perm_embed(12, 16, g) for i in range(2)}}
+    A = TinyTransformer(ff=16).double()
+    A.load_state_dict(recode_transformer_state(N.state_dict(), to_a, 2, 8))
+    to_b = transformer_maps(N, 12, g)
+    B = TinyTransformer().double()
+    B.load_state_dict(recode_transformer_state(N.state_dict(), to_b, 2, 8))
+    A_ft = perturb(A, 14)
+    sa, sf = A.state_dict(), A_ft.state_dict()
+    tau = {k: sf[k] - sa[k] for k in sa}
+    truth = recode_transformer_state(tau, {k: to_a[k].T @ to_b[k] for k in to_b}, 2, 8)
+    batches = [(torch.randint(0, 20, (8, 6), generator=g), torch.randn(8, 8, generator=g, dtype=DT)) for _ in range(4)]
+    tv = transfer(A, A_ft, B, batches, mse_loss)
+    assert rel_err(tv, truth) < 1e-6
