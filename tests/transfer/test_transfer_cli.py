@@ -201,3 +201,17 @@ def test_cli_bad_option_values(folders, tmp_path, capsys):
     code, _, err = run(base_args(folders, tmp_path / "o")[:-4] + ["--loss", "nomodule_xyz:f", "--out", str(tmp_path / "o")],
                        capsys)
     assert code == 2 and "cannot import" in err
+
+
+def test_cli_missing_keys(folders, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(folders / "A_ft" / "model.safetensors"))
+    dropped = sorted(state)[3]
+    del state[dropped]
+    save_file(state, str(tmp_path / "partial.safetensors"))
+    out = tmp_path / "out"
+    args = base_args(folders, out)
+    args[args.index("--source-finetuned") + 1] = str(tmp_path / "partial.safetensors")
+    code, _, err = run(args + ["--source-arch", str(folders / "A")], capsys)
+    assert code == 2 and "missing" in err and dropped in err and not out.exists()
