@@ -391,3 +391,15 @@ def test_search_alpha_finds_the_planted_optimum():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="empty"):
             search_alpha(lambda a: 0.0, grid=[])
+
+
+def test_source_statistics_at_base_or_finetuned_weights():
+    """With source_stats='finetuned', A's rows come from A_ft: transferring A_ft onto a copy of A_ft is the identity."""
+    A = mlp(0)
+    A_ft = shifted(A, 1, scale=0.5)
+    tau = TaskVector.from_models(A, A_ft)
+    same = transfer(A, A_ft, copy.deepcopy(A_ft), batches(), loss, source_stats="finetuned")
+    assert (same - tau).norm() < 1e-10 * tau.norm()
+    assert (transfer(A, A_ft, copy.deepcopy(A_ft), batches(), loss) - tau).norm() > 1e-3 * tau.norm()
+    with pytest.raises(ValueError, match="source_stats"):
+        transfer(A, A_ft, A, batches(), loss, source_stats="both")

@@ -104,7 +104,7 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                        target_spec: TransportSpec, requirements: Mapping[str, dict], pairs_iter: Iterable,
                        total: int | None, loss: Callable, seq_align: str = "identity", n_prefix: int | None = None,
                        padding_mask="auto", seq_first: bool = False, second: bool = False,
-                       batch_dtype: torch.dtype | None = None) -> tuple[dict, int]:
+                       batch_dtype: torch.dtype | None = None, train_mode: bool = False) -> tuple[dict, int]:
     """Stream the cross-covariances ``stats[(tp, side)]`` over all calibration batches; returns ``(stats, n_batches)``."""
     stats: dict[tuple[str, str], CrossMoments] = {}
     for tp, sp in pairs.items():
@@ -117,7 +117,8 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
     sel_a = _module_names(source, pairs.values())
     sel_b = _module_names(target, pairs.keys())
     n_batches = 0
-    with calibration_mode(source), calibration_mode(target), capture(source, sel_a) as ca, capture(target, sel_b) as cb:
+    with calibration_mode(source, train=train_mode), calibration_mode(target, train=train_mode), \
+            capture(source, sel_a) as ca, capture(target, sel_b) as cb:
         for k, (ba, bb) in enumerate(progress(pairs_iter, desc="calibration", total=total)):
             _run(source, ca, ba, loss, "source", k, input_grads)
             _run(target, cb, bb, loss, "target", k, input_grads)
