@@ -81,12 +81,14 @@ def report_wall(folder: Path) -> tuple[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", type=Path, default=None, help="folder of a finished `ftlab reproduce deep` run")
+    ap.add_argument("--note", default="", help="conditions of that run (e.g. machine load), printed after its time")
     args = ap.parse_args()
     torch.set_num_threads(1)
     lines = ["### Deep networks (`ftlab reproduce deep`)", ""]
     if args.report is not None:
         wall, counts = report_wall(args.report)
-        lines += [f"Quick reproduction (`ftlab reproduce deep`, 2 worker processes): {wall}; {counts}.", ""]
+        note = f" {args.note.strip()}" if args.note.strip() else ""
+        lines += [f"Quick reproduction (`ftlab reproduce deep`, 2 worker processes): {wall}; {counts}.{note}", ""]
     t = train_step_times()
     g = geometry_times()
     lines += [

@@ -68,7 +68,9 @@ def run(ctx: ReportContext) -> str:
         f"Transformer PT test accuracy on (a + b) mod {mproto.modulus}: mean {mpt.pt_acc.mean():.3f}.",
         "",
     ]
-    for name, cap in (("fig_resnet_accuracy", "Fine-tuned test accuracy vs n_FT per intervention (mean, 95% CI)."),
+    for name, cap in (("fig_resnet_accuracy", "Fine-tuned test accuracy vs n_FT per intervention (mean and unpaired 95% CI "
+                                              "over seeds, which differ in their held-out classes; verdicts use paired "
+                                              "differences)."),
                       ("fig_resnet_geometry", "PR before/after fine-tuning and ENSD per layer (mean over seeds)."),
                       ("fig_modular", "Transformer: fine-tuned accuracy vs balancedness at FT start.")):
         if ctx.wants(name) and (out / f"{name}.png").exists():
