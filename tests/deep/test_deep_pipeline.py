@@ -170,3 +170,18 @@ def test_batchnorm_recalibration_matches_batch_statistics():
         z = net.stem.conv(X).double()
     torch.testing.assert_close(net.stem.bn.running_mean.double(), z.mean(dim=(0, 2, 3)), rtol=1e-5, atol=1e-6)
     assert net.stem.bn.momentum == 0.1 and not net.training
+
+
+@pytest.mark.skipif(not _have_images(), reason="Fashion-MNIST / MNIST not installed")
+def test_interventions_at_init_pretrain_one_network_per_condition(tmp_path):
+    torch.set_num_threads(1)
+    proto = R.ResNetProtocol(width=2, n_pt=32, pt_epochs=1, batch_size=16, ft_max_steps=2, n_test=30, n_geometry=0,
+                             when="init")
+    grid = R.ResNetGrid(seeds=(0,), tasks=("mnist",), n_ft=(10,), kappa=(0.5,), s=(2.0,), gamma=(0.0,))
+    pt, ft = R.run_resnet(proto, grid, tmp_path, workers=1)
+    assert sorted(zip(pt.intervention, pt.value)) == [("kappa", 0.5), ("none", 1.0), ("s", 2.0)]
+    assert len(ft) == 4 and ft.acc.between(0, 1).all()
+    mproto = M.ModularProtocol(modulus=6, d_model=8, n_heads=2, d_mlp=8, pt_steps=2, ft_steps=2, when="init")
+    mpt, mft = M.run_modular(mproto, M.ModularGrid(seeds=(0,), reuse=(3,), new=(5,), balancedness=(-0.5, 0.5)),
+                             tmp_path, workers=1)
+    assert len(mpt) == 2 and len(mft) == 4
