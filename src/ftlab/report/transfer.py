@@ -100,11 +100,11 @@ def run(ctx: ReportContext) -> str:
         "(20 joint Fashion-MNIST + MNIST classes, read zero-shot through the pretrained head) and on "
         "all-MiniLM-L6-v2 → paraphrase-MiniLM-L3-v2 (WordNet gloss → supersense, linear probe).",
         f"Run: {'full' if ctx.full else 'quick'}; vision tasks: "
-        + ", ".join(f"`{t}` ({TASKS[t].description})" for t in cfg.tasks)
+        + "; ".join(f"`{t}`: {TASKS[t].description}" for t in cfg.tasks)
         + f"; seeds {list(cfg.seeds)}; {cfg.n_train} training images; {cfg.n_cal} calibration samples; "
         f"fine-tuning {cfg.vision_finetune.optimizer} lr {cfg.vision_finetune.lr} × {cfg.vision_finetune.epochs} "
-        f"epochs (head frozen); α grid {list(cfg.alpha_grid)} on {cfg.n_val} validation images. Wall time {wall:.0f} s "
-        "(pretraining reuses the cache).",
+        f"epochs (head frozen); α grid {list(cfg.alpha_grid)} on {cfg.n_val} validation images. Wall time of this "
+        f"invocation {wall:.0f} s (points finished earlier are read from the sweep store; bases from the cache).",
     ]
     if ctx.wants("bars"):
         bar_chart(table, out / "bars.png", alpha_mode="fixed")
