@@ -140,7 +140,8 @@ def n_samples(alpha: float, dim: int) -> int:
 
 def _group_labels(spec: TaskSpec, dim: int, rng: np.random.Generator) -> np.ndarray:
     if spec.support == "bernoulli":
-        return rng.choice(4, size=dim, p=spec.group_probabilities() / spec.group_probabilities().sum())
+        p = spec.group_probabilities()
+        return rng.choice(4, size=dim, p=p / p.sum())
     n_pt = int(round(spec.rho_pt * dim))
     n_ft = int(round(spec.rho_ft * dim))
     n_ov = min(int(round(spec.overlap * spec.rho_ft * dim)), n_pt, n_ft)
