@@ -33,7 +33,7 @@ from ftlab.transfer.benchmark.finetune import FinetuneConfig
 from ftlab.validate import check_choice, check_int
 
 __all__ = ["BenchmarkConfig", "quick_config", "full_config", "evaluate_transfers", "vision_point", "text_point",
-           "run_benchmark", "TRANSFER_METHODS"]
+           "benchmark_point", "run_benchmark", "TRANSFER_METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ TRANSFER_METHODS: tuple[str, ...] = ("naive", "activation_only", "gradient_only"
 #: tokens of a few hundred glosses) and transporting it costs a vocabulary-sized identity map; with it frozen,
 #: zeroing its (exactly zero) delta in the transfer loses nothing.
 TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.embeddings.word_embeddings")
+TEXT_TASK = "wordnet_supersense"
 _GRID_FULL = tuple(round(0.1 * i, 10) for i in range(1, 31))
 _GRID_QUICK = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
 
@@ -248,7 +249,7 @@ def text_point(seed: int, config: dict) -> list[dict]:
         return probe_accuracy(model, d.train_inputs, d.y_train, *held[split])
 
     return evaluate_transfers(
-        setting="text", task="wordnet_supersense", seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
+        setting="text", task=TEXT_TASK, seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
         cal_pool=(d.train_inputs, d.y_train), loss=task_loss(classes), score=score, methods=cfg.methods,
         n_cal=min(cfg.n_cal, cfg.text_n_train), cal_sizes=[n for n in cfg.text_cal_sizes if n <= cfg.text_n_train],
         alpha_grid=cfg.text_alpha_grid, cal_batch_size=cfg.cal_batch_size,
@@ -262,8 +263,6 @@ def run_benchmark(config: BenchmarkConfig, *, store=None, cache=None, workers: i
     store : JSON-lines file of finished points (a rerun resumes); cache : the base-model cache folder
     (default ``$FTLAB_CACHE`` or ``~/.cache/ftlab``); workers / scheduler : see :func:`ftlab.sweep.run_sweep`.
     """
-    import pandas as pd
-
     from ftlab.sweep import grid, run_sweep
     from ftlab.transfer.benchmark.family import SETTINGS
 
@@ -273,15 +272,21 @@ def run_benchmark(config: BenchmarkConfig, *, store=None, cache=None, workers: i
     pre = run_sweep(pretrain_point, grid(name=names, cache=[cache]), store=pre_store, workers=workers,
                     scheduler=scheduler, desc="pretrain bases")
     conf = config.to_dict()
-    frames = [run_sweep(vision_point, grid(task=list(config.tasks), seed=list(config.seeds), config=[conf], cache=[cache]),
-                        store=store, workers=workers, scheduler=scheduler, desc="vision transfer")]
-    if config.text:
-        frames.append(run_sweep(text_point, grid(seed=list(config.text_seeds), config=[conf]), store=store,
-                                workers=workers, scheduler=scheduler, desc="text transfer"))
-    df = pd.concat(frames, ignore_index=True)
-    df = df.drop(columns=[c for c in ("config", "cache") if c in df.columns])
+    # one pool for all points, the slow text points first, so that both workers stay busy to the end
+    points = [{"kind": "text", "task": TEXT_TASK, "seed": s, "config": conf, "cache": cache}
+              for s in (config.text_seeds if config.text else ())]
+    points += [{"kind": "vision", "task": t, "seed": s, "config": conf, "cache": cache}
+               for t in config.tasks for s in config.seeds]
+    df = run_sweep(benchmark_point, points, store=store, workers=workers, scheduler=scheduler, desc="transfer benchmark")
+    df = df.drop(columns=[c for c in ("kind", "config", "cache") if c in df.columns])
     df.attrs["pretraining"] = pre.drop(columns=["cache"]).to_dict(orient="records")
     return df
+
+
+def benchmark_point(kind: str, task: str, seed: int, config: dict, cache: str | None = None) -> list[dict]:
+    """One sweep point: :func:`vision_point` (``kind="vision"``) or :func:`text_point` (``kind="text"``)."""
+    check_choice("kind", kind, ("vision", "text"))
+    return vision_point(task, seed, config, cache) if kind == "vision" else text_point(seed, config)
 
 
 def pretrain_point(name: str, cache: str | None = None) -> dict:
