@@ -104,7 +104,7 @@ class ProcrustesTransfer:
             pt_b, pt_a = self.problem.target_spec.points[tp], self.problem.source_spec.points[sp]
             f_in, f_out = self.fits[tp]
             if pt_b.kind == "embedding":
-                R_in = torch.eye(pt_a.in_dim, pt_b.in_dim, dtype=torch.float64)
+                R_in = None  # the vocabulary is shared: tau_B = tau_A R_out needs no input map (no V x V identity)
             else:
                 R_in = f_in.R if f_in is not None else naive_map(pt_a.in_dim, pt_b.in_dim)
             R_out = f_out.R if f_out is not None else naive_map(pt_a.out_dim, pt_b.out_dim)
