@@ -155,10 +155,20 @@ def load_minilm_l6():
     """``(transformers.BertModel, tokenizer)`` of all-MiniLM-L6-v2, in eval mode, offline."""
     _offline_env()
     from transformers import AutoTokenizer, BertModel
+    from transformers.utils import logging as hf_logging
 
     path = minilm_l6_path()
-    model = BertModel.from_pretrained(str(path), add_pooling_layer=False)
-    tok = AutoTokenizer.from_pretrained(str(path))
+    # The checkpoint carries a pooler that this encoder-only use drops on purpose: keep the load
+    # report ("UNEXPECTED pooler.*") and the weight-loading bar off the user's terminal.
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        model = BertModel.from_pretrained(str(path), add_pooling_layer=False)
+        tok = AutoTokenizer.from_pretrained(str(path))
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
     return model.eval(), tok
 
 
