@@ -13,18 +13,7 @@ from ftlab.deep.models.resnet import resnet18
 from ftlab.deep.train import capture, layer_geometry, train_
 
 
-def _have_images():
-    from ftlab.data import DatasetMissing, load_fashion_mnist, load_mnist
-
-    try:
-        load_fashion_mnist("test")
-        load_mnist("test")
-    except DatasetMissing:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _have_images(), reason="Fashion-MNIST / MNIST not installed")
+@pytest.mark.usefixtures("tiny_images")
 def test_tiny_pretrain_intervene_finetune_end_to_end(tmp_path):
     torch.set_num_threads(1)
     proto = R.ResNetProtocol(width=2, n_pt=48, pt_epochs=1, batch_size=16, ft_max_steps=3, n_test=60, n_geometry=16,
@@ -138,7 +127,7 @@ def test_modular_claims_difference_in_differences():
     assert got["lower balancedness helps most on new-prime tasks"].verdict == "reproduced"
 
 
-@pytest.mark.skipif(not _have_images(), reason="Fashion-MNIST / MNIST not installed")
+@pytest.mark.usefixtures("tiny_images")
 def test_report_section_renders_claims_and_figures(tmp_path, monkeypatch):
     from ftlab.report import ReportContext
     from ftlab.report.deep import run
@@ -172,7 +161,7 @@ def test_batchnorm_recalibration_matches_batch_statistics():
     assert net.stem.bn.momentum == 0.1 and not net.training
 
 
-@pytest.mark.skipif(not _have_images(), reason="Fashion-MNIST / MNIST not installed")
+@pytest.mark.usefixtures("tiny_images")
 def test_interventions_at_init_pretrain_one_network_per_condition(tmp_path):
     torch.set_num_threads(1)
     proto = R.ResNetProtocol(width=2, n_pt=32, pt_epochs=1, batch_size=16, ft_max_steps=2, n_test=30, n_geometry=0,
