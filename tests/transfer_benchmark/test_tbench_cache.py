@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 
-from ftlab.data import DatasetMissing
 from ftlab.transfer.benchmark import family
 from ftlab.transfer.benchmark.family import BaseSpec, cache_paths, is_cached, load_base
 
@@ -13,13 +12,8 @@ TINY = BaseSpec("tiny", width=8, depth=1, heads=2, n_per_source=32, epochs=1, ba
 
 
 @pytest.fixture
-def counted(monkeypatch):
-    try:
-        from ftlab.transfer.benchmark.tasks import pretraining_data
-
-        pretraining_data("a", n_per_source=2)
-    except DatasetMissing as exc:
-        pytest.skip(str(exc))
+def counted(monkeypatch, tiny_images):
+    """Count pretrainings; the images are the tiny IDX stand-ins (tests/conftest.py), so this runs in CI."""
     calls = []
     real = family.pretrain
 

@@ -1,6 +1,7 @@
-"""Fixtures for the deep tests: tiny Fashion-MNIST / MNIST stand-ins in the real IDX format.
+"""Shared fixtures: tiny Fashion-MNIST / MNIST stand-ins in the real IDX format.
 
-The end-to-end tests must run in CI, where the real datasets are not installed: they read these
+End-to-end tests (deep experiments, the transfer benchmark's base-model cache) must run in CI,
+where the real datasets are not installed: they read these
 files through the real loaders (``$FTLAB_DATA/<name>``), so the whole path from IDX bytes to a
 fine-tuned network is exercised. Each class is a distinct bright bar, so the data are learnable.
 """
@@ -34,6 +35,9 @@ def _images(n_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def tiny_images(tmp_path_factory, monkeypatch):
     """Point the image loaders at tiny IDX files (40 train / 15 test images per class)."""
     from ftlab.deep.experiments.data import load_split
+    from ftlab.transfer.benchmark.tasks import _raw
+
+    caches = (load_split, _raw)
 
     root = tmp_path_factory.mktemp("ftlab_data")
     for k, name in enumerate(("fashion-mnist", "mnist")):
@@ -44,6 +48,8 @@ def tiny_images(tmp_path_factory, monkeypatch):
             _write_idx(d / f"{split}-images-idx3-ubyte.gz", x)
             _write_idx(d / f"{split}-labels-idx1-ubyte.gz", y)
     monkeypatch.setenv("FTLAB_DATA", str(root))
-    load_split.cache_clear()
+    for c in caches:
+        c.cache_clear()
     yield root
-    load_split.cache_clear()
+    for c in caches:
+        c.cache_clear()
