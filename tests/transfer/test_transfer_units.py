@@ -403,3 +403,21 @@ def test_source_statistics_at_base_or_finetuned_weights():
     assert (transfer(A, A_ft, copy.deepcopy(A_ft), batches(), loss) - tau).norm() > 1e-3 * tau.norm()
     with pytest.raises(ValueError, match="source_stats"):
         transfer(A, A_ft, A, batches(), loss, source_stats="both")
+
+
+def test_reported_rank_never_exceeds_the_calibration_rows():
+    # float32 batch products leave rounding noise in the float64 sums; the reported rank must still be <= n rows
+    import warnings as _w
+
+    from ftlab.stats import CrossMoments
+    from ftlab.transfer.align import RankWarning, fit_map
+
+    g = torch.Generator().manual_seed(0)
+    stats = CrossMoments(64, 96)
+    for _ in range(3):
+        stats.update(torch.randn(7, 64, generator=g), torch.randn(7, 96, generator=g))
+    with _w.catch_warnings(record=True) as rec:
+        _w.simplefilter("always")
+        fit = fit_map(stats, source="act", name="layer")
+    assert fit.rank == 21 and stats.n == 21
+    assert any(issubclass(r.category, RankWarning) and "21 rows (rank 21)" in str(r.message) for r in rec)

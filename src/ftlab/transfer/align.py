@@ -221,6 +221,9 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
         C = wa @ C @ _inv_power(stats.b.scatter(center=center), whiten_p, eps)
     U, sv, Vh = torch.linalg.svd(C.to(torch.float64), full_matrices=False)
     rank = int((sv > sv[0] * max(da, db) * torch.finfo(torch.float64).eps).sum())
+    # Sums of float32 batch products carry rounding noise above the float64 threshold: the exact rank of a
+    # cross-covariance of n rows is at most n (n - 1 when centred), so the count is capped there.
+    rank = min(rank, max(stats.n - int(center), 0))
     if stats.n < min(da, db) or rank < min(da, db):
         warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank}) for widths {da} -> {db}; "
                       "it is partly arbitrary (more calibration data helps unless the deficit is structural)", RankWarning,
