@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ftlab.dln.metrics import CORNER_C, REGIME_CORNERS
 from ftlab.dln.replica.expect import QuadratureExpectation
 from ftlab.dln.replica.prior import ft_prior
 from ftlab.dln.replica.solver import solve_point
@@ -32,10 +33,7 @@ from ftlab.validate import check_positive
 __all__ = ["CORNERS", "Advice", "predicted_error", "advise", "phase_diagram", "phase_row", "regime_of"]
 
 CORNERS: dict[str, tuple[float, float, float]] = {
-    "I": (1e-3, -0.999999, 1e-6),
-    "II": (1e-3, 0.0, 0.0),
-    "III": (1e-3, 0.0, 10.0),
-    "IV": (1e-3, -0.99, 0.0),
+    name: (CORNER_C, lam, gamma) for name, (lam, gamma) in REGIME_CORNERS.items()
 }
 
 DEFAULT_C = tuple(float(x) for x in np.geomspace(1e-6, 1.0, 7))

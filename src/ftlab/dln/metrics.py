@@ -34,7 +34,18 @@ import numpy as np
 from ftlab.dln.bias import c_ft_from_pt, check_scales
 from ftlab.validate import check_finite
 
-__all__ = ["Metrics", "l_order_of_t", "l_order", "pt_sensitivity", "pd", "regime", "metrics", "REGIMES"]
+__all__ = ["Metrics", "l_order_of_t", "l_order", "pt_sensitivity", "pd", "regime", "metrics", "REGIMES",
+           "REGIME_CORNERS", "CORNER_C"]
+
+#: (lam, gamma) of each regime's corner at c_PT = CORNER_C: the settings of the authors' draft
+#: ``figure4.py`` (spec §4.2) [U] -- one definition shared by the advisor and the report sections.
+CORNER_C = 1e-3
+REGIME_CORNERS: dict[str, tuple[float, float]] = {
+    "I": (-0.999999, 1e-6),
+    "II": (0.0, 0.0),
+    "III": (0.0, 10.0),
+    "IV": (-0.99, 0.0),
+}
 
 REGIMES = {
     "I": "rich, PT-independent (l1)",

@@ -17,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ftlab.dln.metrics import CORNER_C, REGIME_CORNERS
 from ftlab.results import save_table
 
 # Draft-figure settings of the authors' code (spec §4.2, figure4.py), c = 1e-3: (lam, gamma).
-REGIME_SETTINGS = {"I": (-0.999999, 1e-6), "II": (0.0, 0.0), "III": (0.0, 10.0), "IV": (-0.99, 0.0)}
+REGIME_SETTINGS = REGIME_CORNERS
 # Task types of the paper's claims: (overlap, rho_FT) with rho_PT = 0.1.
 TASKS = {"same features": (1.0, 0.1), "new features": (0.0, 0.1), "sparse subset": (1.0, 0.01)}
 CLAIMS = {
@@ -28,7 +29,7 @@ CLAIMS = {
     "new features": ("I", "No shared dimensions: Regime I (rich, PT-independent) is best."),
     "sparse subset": ("IV", "FT features a sparse subset of PT features: Regime IV (rich, PT-dependent) is best."),
 }
-C_PT = 1e-3
+C_PT = CORNER_C
 
 
 def sim_point(*, regime: str, task: str, alpha: float, seed: int, dim: int, simulate: bool) -> dict:

@@ -21,10 +21,12 @@ import math
 
 import numpy as np
 
+from ftlab.dln.metrics import REGIME_CORNERS
+
 log = logging.getLogger(__name__)
 
 FIGURES = ("fig3", "fig4", "lorder", "single_task", "imperfect_pt")
-REGIMES = {"II": (0.0, 0.0), "IV": (-0.99, 0.0), "I": (-0.999999, 1e-6), "III": (0.0, 10.0)}
+REGIMES = {name: REGIME_CORNERS[name] for name in ("II", "IV", "I", "III")}  # plot/table order
 TASKS = {"new features (omega 0, rho_FT 0.1)": (0.0, 0.1), "same features (omega 1, rho_FT 0.1)": (1.0, 0.1),
          "sparse subset (omega 1, rho_FT 0.01)": (1.0, 0.01)}
 SPEC_TABLE_C = {  # spec §5.6(c) [D]: the spec author's quadrature (GH 201, lambda_reg 1e-6), not the paper's numbers
