@@ -45,7 +45,7 @@ def deep():
     \b
     Examples:
       ftlab deep resnet --out runs/resnet              # quick ResNet sweep (minutes)
-      ftlab deep resnet --full --workers 16             # the larger protocol
+      ftlab deep resnet --full --width 16 --workers 16  # larger protocol, wider nets
       ftlab deep modular --out runs/modular             # Transformer on (a + b) mod 30
       ftlab deep claims runs/resnet                     # verdicts from saved tables
       ftlab deep geometry pre.npy post.npy --center     # PR, ENSD, CKA of two arrays
@@ -59,7 +59,8 @@ def _sweep_options(f):
     f = click.option("--seeds", default=None, help="Comma-separated seeds (default: the protocol's).")(f)
     f = click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
                      help="Folder for tables, checkpoints, figures and claims.csv (reruns resume).")(f)
-    f = click.option("--full", is_flag=True, help="The larger protocol (hours on 2 cores) instead of the quick one.")(f)
+    f = click.option("--full", is_flag=True,
+                     help="The larger protocol (about 1-2 h on 2 cores; docs/deep.md) instead of the quick one.")(f)
     return f
 
 

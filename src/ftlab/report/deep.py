@@ -1,7 +1,7 @@
 """Report section ``deep``: the paper's deep-network claims at CPU scale (``ftlab reproduce deep``).
 
 Quick run (default): ResNet-18 width 8, 3 seeds, n_FT in {10, 30, 100, 300}; Transformer on
-(a + b) mod 30, 3 seeds. ``--full``: width 16, 6 seeds, n_FT in {10, ..., 1000}, more values of
+(a + b) mod 30, 3 seeds. ``--full``: width 8, 6 seeds, n_FT in {10, ..., 1000}, more values of
 every knob. Protocols: :mod:`ftlab.deep.experiments.resnet` and :mod:`ftlab.deep.experiments.modular`;
 verdict rule: :mod:`ftlab.deep.experiments.claims`.
 """
