@@ -97,3 +97,12 @@ def test_task_splits_fixed_and_disjoint_across_seeds():
     assert set(np.unique(a.y_train)) <= {0, 1, 2, 3}
     flat_val = {v.tobytes() for v in a.x_val}
     assert not any(t.tobytes() in flat_val for t in np.concatenate([a.x_train, b.x_train]))
+
+
+def test_small_pool_gives_fewer_validation_images_never_overlapping():
+    d = load_task("digits", n_train=1000, n_val=500, n_test=10, seed=0)
+    assert len(d.x_train) == 1000 and len(d.x_val) == 1258 - 1000
+    flat_val = {v.tobytes() for v in d.x_val}
+    assert not any(t.tobytes() in flat_val for t in d.x_train)
+    with pytest.raises(ValueError, match="n_train=1258 is out of range"):
+        load_task("digits", n_train=1258, n_val=10, n_test=10)

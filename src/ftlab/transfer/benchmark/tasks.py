@@ -161,7 +161,8 @@ def load_task(name: str, *, n_train: int, n_val: int, n_test: int, seed: int = 0
 
     n_train : training images drawn (by ``seed``) from the task's training pool; the fine-tuning
         set and the calibration sets are drawn from it.
-    n_val : validation images (fixed, disjoint from every training draw) for the alpha search.
+    n_val : validation images (fixed, disjoint from every training draw) for the alpha search; fewer
+        when the training pool cannot hold ``n_train + n_val`` (digits with ``n_train=1000``: 258).
     n_test : test images (fixed, from the test split; fewer when the split is smaller, e.g. digits: 539).
     seed : only changes which training images are drawn; validation and test sets, and the noise
         of the ``noise`` shift on them, are the same for every seed.
@@ -185,9 +186,10 @@ def load_task(name: str, *, n_train: int, n_val: int, n_test: int, seed: int = 0
     fixed = np.random.default_rng(12345)
     tr_imgs, tr_y = select("train")
     order = fixed.permutation(len(tr_y))
-    if n_val + n_train > len(order):
-        raise ValueError(f"n_train + n_val = {n_train + n_val} is out of range: "
-                         f"task {name!r} has {len(order)} training images")
+    if n_train >= len(order):
+        raise ValueError(f"n_train={n_train} is out of range: task {name!r} has {len(order)} training images "
+                         "and needs at least one left for validation")
+    n_val = min(n_val, len(order) - n_train)  # a small pool (digits: 1258) gives fewer validation images
     val_idx, pool = order[:n_val], order[n_val:]
     train_idx = np.random.default_rng(seed).choice(pool, size=n_train, replace=False)
     te_imgs, te_y = select("test")
