@@ -11,7 +11,7 @@ from ftlab.report import SECTIONS, ReportContext, run_report
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("sections", nargs=-1, type=click.Choice(list(SECTIONS)))
-@click.option("--full", is_flag=True, help="Paper-size runs (hours) instead of the quick default (minutes).")
+@click.option("--full", is_flag=True, help="Larger runs (an hour or more per section on 2 cores) instead of the quick ones.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Folder for report.md, its tables and figures.")
 @click.option("--figure", "figures", multiple=True,
