@@ -421,3 +421,47 @@ def test_reported_rank_never_exceeds_the_calibration_rows():
         fit = fit_map(stats, source="act", name="layer")
     assert fit.rank == 21 and stats.n == 21
     assert any(issubclass(r.category, RankWarning) and "21 rows (rank 21)" in str(r.message) for r in rec)
+
+
+def _batching_pair():
+    g = torch.Generator().manual_seed(7)
+    a = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double()
+    b = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 3)).double()
+    a_ft = copy.deepcopy(a)
+    with torch.no_grad():
+        for p in list(a.parameters()) + list(b.parameters()):
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+        a_ft.load_state_dict(a.state_dict())
+        for p in a_ft.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    x = torch.randn(100, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (100,), generator=g)
+    return a, a_ft, b, x, y
+
+
+def _mean_ce(model, batch):
+    return torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+
+def test_gradient_maps_do_not_depend_on_how_samples_are_batched():
+    """A mean loss scales each sample's gradient by 1/batch size; with the default
+    loss_reduction="mean" a short last batch (4 of 100 samples) must not outweigh the others.
+    (BiCo's maps are full rank here; gradient-only's input map is rank 2 and partly arbitrary.)"""
+    method = "bico"
+    a, a_ft, b, x, y = _batching_pair()
+    one = [(x, y)]
+    split = [(x[i:i + 32], y[i:i + 32]) for i in range(0, 100, 32)]  # 32, 32, 32, 4
+    t_one = transfer(a, a_ft, b, one, _mean_ce, method=method)
+    t_split = transfer(a, a_ft, b, split, _mean_ce, method=method)
+    for k in t_one:
+        torch.testing.assert_close(t_split[k], t_one[k], rtol=1e-7, atol=1e-10)
+    # without the correction the two batchings give different maps (the check above can fail)
+    raw_one = transfer(a, a_ft, b, one, _mean_ce, method=method, loss_reduction="sum")
+    raw_split = transfer(a, a_ft, b, split, _mean_ce, method=method, loss_reduction="sum")
+    assert max(float((raw_split[k] - raw_one[k]).abs().max()) for k in raw_one) > 1e-3
+
+
+def test_loss_reduction_is_checked():
+    a, a_ft, b, x, y = _batching_pair()
+    with pytest.raises(ValueError, match="loss_reduction"):
+        transfer(a, a_ft, b, [(x, y)], _mean_ce, loss_reduction="avg")

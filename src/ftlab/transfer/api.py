@@ -153,7 +153,8 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
                  padding_mask="auto", seq_first: bool = False, zero_params: Iterable[str] = DEFAULT_ZERO,
                  source_overrides: Mapping | None = None, target_overrides: Mapping | None = None,
                  diagnostics: bool = False, batch_dtype: torch.dtype | None = None, cka_batches: int = 4,
-                 source_stats: str = "base", train_mode: bool = False, **method_options) -> TransferResult:
+                 source_stats: str = "base", train_mode: bool = False, loss_reduction: str = "mean",
+                 **method_options) -> TransferResult:
     """Like :func:`transfer`, but returns a :class:`TransferResult` with per-layer diagnostics.
 
     ``diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment residuals
@@ -164,6 +165,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     check_choice("seq_align", seq_align, SEQ_ALIGN)
     check_int("cka_batches", cka_batches, 1)
     check_choice("source_stats", source_stats, ("base", "finetuned"))
+    check_choice("loss_reduction", loss_reduction, ("mean", "sum"))
     for name, m in (("source_base", source_base), ("source_finetuned", source_finetuned), ("target_base", target_base)):
         if not isinstance(m, nn.Module):
             raise ValueError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
@@ -208,7 +210,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
             source_spec=spec_a, target_spec=spec_b, requirements=reqs,
             pairs_iter=pairs_iter, total=total, loss=loss, seq_align=seq_align, n_prefix=n_prefix,
             padding_mask=padding_mask, seq_first=seq_first, second=diagnostics or m.needs_second_moments,
-            batch_dtype=batch_dtype, train_mode=train_mode)
+            batch_dtype=batch_dtype, train_mode=train_mode, loss_reduction=loss_reduction)
     elif m.calibration == "target_grads":
         if loss is None:
             raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
@@ -229,7 +231,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     point_norms = _point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {}
     options = {"depth_map": depth_map, "seq_align": seq_align, "n_prefix": n_prefix, "seq_first": seq_first,
                "zero_params": list(zero_params), "diagnostics": diagnostics, "batch_dtype": str(batch_dtype),
-               "source_stats": source_stats, "train_mode": train_mode,
+               "source_stats": source_stats, "train_mode": train_mode, "loss_reduction": loss_reduction,
                **{k: v for k, v in method_options.items() if isinstance(v, (int, float, str, bool, type(None)))}}
     return TransferResult(task_vector=tau_b, method=method, options=options, layer_map=lmap.as_dict(), pairs=pairs,
                           fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
@@ -263,7 +265,10 @@ def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
         callable or None), ``seq_first``, ``zero_params``, ``source_overrides``/``target_overrides``
         (hand-written rules), ``diagnostics``, ``batch_dtype``, ``cka_batches``, ``source_stats``
         (``"base"``: statistics of A at its base weights, default [U]; ``"finetuned"``: at the
-        fine-tuned weights), ``train_mode`` (calibrate in train mode; default eval [U]); method options
+        fine-tuned weights), ``train_mode`` (calibrate in train mode; default eval [U]),
+        ``loss_reduction`` (``"mean"``, default: ``loss`` averages over a batch's samples, so captured
+        gradients are multiplied by the batch's sample count and every calibration sample weighs the
+        same however the samples are batched; ``"sum"``: gradients are used as they are); method options
         ``in_map``/``out_map``, ``center``, ``whiten_p``, ``eps``, ``depth_scale`` (Procrustes
         methods), ``naive_mode`` (naive), ``vote``/``mode`` (gradfix).
 

@@ -104,8 +104,14 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                        target_spec: TransportSpec, requirements: Mapping[str, dict], pairs_iter: Iterable,
                        total: int | None, loss: Callable, seq_align: str = "identity", n_prefix: int | None = None,
                        padding_mask="auto", seq_first: bool = False, second: bool = False,
-                       batch_dtype: torch.dtype | None = None, train_mode: bool = False) -> tuple[dict, int]:
-    """Stream the cross-covariances ``stats[(tp, side)]`` over all calibration batches; returns ``(stats, n_batches)``."""
+                       batch_dtype: torch.dtype | None = None, train_mode: bool = False,
+                       loss_reduction: str = "mean") -> tuple[dict, int]:
+    """Stream the cross-covariances ``stats[(tp, side)]`` over all calibration batches; returns ``(stats, n_batches)``.
+
+    With ``loss_reduction="mean"`` the gradient rows of a batch of ``b`` samples are multiplied by
+    ``b``: a mean loss scales each sample's gradient by ``1/b``, which would otherwise let a short last
+    batch (e.g. 4 of 100 samples in batches of 32) dominate the gradient moments.
+    """
     stats: dict[tuple[str, str], CrossMoments] = {}
     for tp, sp in pairs.items():
         pa, pb = source_spec.points[sp], target_spec.points[tp]
@@ -141,6 +147,8 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                                           seq_first=seq_first and not ca.meta[sp].get("batch_first", False))
                         B, gb = to_tokens(xb, pb.kind, side=side, conv=pb.conv,
                                           seq_first=seq_first and not cb.meta[tp].get("batch_first", False))
+                        if loss_reduction == "mean" and "grad" in attr:
+                            A, B = A * A.shape[0], B * B.shape[0]
                         ra, rb = align_tokens(A, B, seq_align, mask_a=mask_a, mask_b=mask_b, grid_a=ga, grid_b=gb,
                                               n_prefix=n_prefix)
                         rows_a.append(ra)
