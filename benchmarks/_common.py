@@ -40,13 +40,23 @@ def timeit(fn, *, repeat: int = 3, number: int = 1) -> float:
     return best
 
 
-def write_section(name: str, markdown: str) -> Path:
-    """Replace (or append) the section ``name`` of docs/benchmarks.md with ``markdown``."""
+def replace_block(path: Path, begin: str, end: str, body: str) -> Path:
+    """Replace the text between the markers ``begin`` and ``end`` of ``path`` (markers kept) with
+    ``body``, or append the marked block when the file (or the block) does not exist yet."""
     from ftlab.results import atomic_write_text
 
-    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-    block = f"{begin}\n{markdown.strip()}\n\n*Measured {time.strftime('%Y-%m-%d')} on: {machine()}.*\n{end}"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    text = path.read_text() if path.exists() else ""
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    return atomic_write_text(DOC, text)
+    return atomic_write_text(path, text)
+
+
+def write_section(name: str, markdown: str) -> Path:
+    """Replace (or append) the section ``name`` of docs/benchmarks.md with ``markdown``."""
+    if not DOC.exists():
+        from ftlab.results import atomic_write_text
+
+        atomic_write_text(DOC, "# Benchmarks\n")
+    return replace_block(DOC, f"<!-- BEGIN {name} -->", f"<!-- END {name} -->",
+                         f"{markdown.strip()}\n\n*Measured {time.strftime('%Y-%m-%d')} on: {machine()}.*")

@@ -447,17 +447,16 @@ def test_gradient_maps_do_not_depend_on_how_samples_are_batched():
     """A mean loss scales each sample's gradient by 1/batch size; with the default
     loss_reduction="mean" a short last batch (4 of 100 samples) must not outweigh the others.
     (BiCo's maps are full rank here; gradient-only's input map is rank 2 and partly arbitrary.)"""
-    method = "bico"
     a, a_ft, b, x, y = _batching_pair()
     one = [(x, y)]
     split = [(x[i:i + 32], y[i:i + 32]) for i in range(0, 100, 32)]  # 32, 32, 32, 4
-    t_one = transfer(a, a_ft, b, one, _mean_ce, method=method)
-    t_split = transfer(a, a_ft, b, split, _mean_ce, method=method)
+    t_one = transfer(a, a_ft, b, one, _mean_ce, method="bico")
+    t_split = transfer(a, a_ft, b, split, _mean_ce, method="bico")
     for k in t_one:
         torch.testing.assert_close(t_split[k], t_one[k], rtol=1e-7, atol=1e-10)
     # without the correction the two batchings give different maps (the check above can fail)
-    raw_one = transfer(a, a_ft, b, one, _mean_ce, method=method, loss_reduction="sum")
-    raw_split = transfer(a, a_ft, b, split, _mean_ce, method=method, loss_reduction="sum")
+    raw_one = transfer(a, a_ft, b, one, _mean_ce, method="bico", loss_reduction="sum")
+    raw_split = transfer(a, a_ft, b, split, _mean_ce, method="bico", loss_reduction="sum")
     assert max(float((raw_split[k] - raw_one[k]).abs().max()) for k in raw_one) > 1e-3
 
 
