@@ -43,7 +43,7 @@ def timeit(fn, *, repeat: int = 3, number: int = 1) -> float:
 def replace_block(path: Path, begin: str, end: str, body: str) -> Path:
     """Replace the text between the markers ``begin`` and ``end`` of ``path`` (markers kept) with
     ``body``, or append the marked block when the file (or the block) does not exist yet."""
-    from ftlab.results import atomic_write_text
+    from ftlab.core.results import atomic_write_text
 
     block = f"{begin}\n{body.strip()}\n{end}"
     text = path.read_text() if path.exists() else ""
@@ -55,7 +55,7 @@ def replace_block(path: Path, begin: str, end: str, body: str) -> Path:
 def write_section(name: str, markdown: str) -> Path:
     """Replace (or append) the section ``name`` of docs/benchmarks.md with ``markdown``."""
     if not DOC.exists():
-        from ftlab.results import atomic_write_text
+        from ftlab.core.results import atomic_write_text
 
         atomic_write_text(DOC, "# Benchmarks\n")
     return replace_block(DOC, f"<!-- BEGIN {name} -->", f"<!-- END {name} -->",

@@ -6,7 +6,7 @@
 * Side by side in one process, one thread: a ResNet-18 (width 8, batch 64, 28x28) training step in
   float32 vs bfloat16 autocast (bf16 is optional in ftlab, never required), and per-layer geometry
   of 256 x 6272 activations computed one-shot (Gram space) vs streamed in float64 feature space
-  (:class:`ftlab.metrics.GeometryAccumulator`, 4 batches) on a 784-feature layer.
+  (:class:`ftlab.core.geometry.GeometryAccumulator`, 4 batches) on a 784-feature layer.
 
 Run: ``.venv/bin/python benchmarks/bench_deep.py --report /tmp/rep_deep`` (about a minute).
 Results go to docs/benchmarks.md (section ``deep``).
@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import timeit, write_section  # noqa: E402
-from ftlab.deep.models.resnet import resnet18  # noqa: E402
-from ftlab.metrics import GeometryAccumulator, ensd, linear_cka, participation_ratio  # noqa: E402
+from ftlab.core.geometry import GeometryAccumulator, ensd, linear_cka, participation_ratio  # noqa: E402
+from ftlab.models.resnet import resnet18  # noqa: E402
 
 
 def train_step_times(width: int = 8, batch: int = 64) -> dict:

@@ -38,11 +38,11 @@ def main() -> None:
 
     import torch
 
+    from ftlab.core.results import atomic_write_text
+    from ftlab.experiments.transfer_accuracy.family import FAMILY, is_cached
+    from ftlab.experiments.transfer_accuracy.run import full_config, quick_config, run_benchmark
+    from ftlab.experiments.transfer_accuracy.table import calibration_curve, gap_closed, markdown_tables, summary_table
     from ftlab.report.transfer import verdict
-    from ftlab.results import atomic_write_text
-    from ftlab.transfer.benchmark.family import FAMILY, is_cached
-    from ftlab.transfer.benchmark.run import full_config, quick_config, run_benchmark
-    from ftlab.transfer.benchmark.table import calibration_curve, gap_closed, markdown_tables, summary_table
 
     torch.set_num_threads(1)
     cfg = full_config() if args.full else quick_config()

@@ -50,12 +50,12 @@ def main() -> None:
 
     import torch
 
-    from ftlab.transfer import TaskVector, fit_transfer
+    from ftlab.experiments.transfer_accuracy.family import SETTINGS, load_base
+    from ftlab.experiments.transfer_accuracy.finetune import batches_of, finetune, task_loss
+    from ftlab.experiments.transfer_accuracy.run import full_config
+    from ftlab.experiments.transfer_accuracy.tasks import TASKS, load_task
+    from ftlab.transfer import TaskVector, TransferOptions, fit_transfer
     from ftlab.transfer.align import RankWarning
-    from ftlab.transfer.benchmark.family import SETTINGS, load_base
-    from ftlab.transfer.benchmark.finetune import batches_of, finetune, task_loss
-    from ftlab.transfer.benchmark.run import full_config
-    from ftlab.transfer.benchmark.tasks import TASKS, load_task
 
     torch.set_num_threads(2)
     cfg = full_config()
@@ -81,7 +81,8 @@ def main() -> None:
                 for method in methods:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", RankWarning)
-                        res = fit_transfer(a, a_ft, b, batches, loss, method=method, diagnostics=(method == "bico"))
+                        res = fit_transfer(a, a_ft, b, batches, loss, method=method,
+                                           options=TransferOptions(diagnostics=method == "bico"))
                     row[f"cos_{method}"] = cosine(res.task_vector, tau_direct)
                     if method == "bico":
                         layers = res.layers()

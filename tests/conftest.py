@@ -34,8 +34,8 @@ def _images(n_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture
 def tiny_images(tmp_path_factory, monkeypatch):
     """Point the image loaders at tiny IDX files (40 train / 15 test images per class)."""
-    from ftlab.deep.experiments.data import load_split
-    from ftlab.transfer.benchmark.tasks import _raw
+    from ftlab.experiments.deep_claims.data import load_split
+    from ftlab.experiments.transfer_accuracy.tasks import _raw
 
     caches = (load_split, _raw)
 

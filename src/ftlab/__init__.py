@@ -9,9 +9,9 @@ Three parts, one house:
 * :mod:`ftlab.transfer` -- training-free transfer of task vectors between base models of other
   width, depth or pretraining (BiCo, arXiv 2605.28444, and its baselines).
 
-Shared pieces: :mod:`ftlab.metrics` (PR, ENSD, CKA, Procrustes), :mod:`ftlab.stats` (streaming
-float64 accumulators), :mod:`ftlab.hooks` (activation / gradient capture), :mod:`ftlab.sweep`
-(resumable sweeps on a process pool or Dask), :mod:`ftlab.results` (atomic, self-describing I/O).
+Shared pieces: :mod:`ftlab.core.geometry` (PR, ENSD, CKA, Procrustes), :mod:`ftlab.core.stats` (streaming
+float64 accumulators), :mod:`ftlab.core.hooks` (activation / gradient capture), :mod:`ftlab.core.sweep`
+(resumable sweeps on a process pool or Dask), :mod:`ftlab.core.results` (atomic, self-describing I/O).
 
 Importing :mod:`ftlab` imports neither torch nor any other heavy dependency.
 """

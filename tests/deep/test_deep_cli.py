@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from ftlab.cli.main import main
-from ftlab.metrics import ensd, linear_cka, participation_ratio
+from ftlab.core.geometry import ensd, linear_cka, participation_ratio
 
 
 def _run(args, capsys):

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from ftlab.deep import interventions as I
-from ftlab.deep.models.resnet import resnet18
-from ftlab.deep.models.transformer import modular_transformer
+from ftlab.models.resnet import resnet18
+from ftlab.models.transformer import modular_transformer
 
 
 def _snapshot(model):
@@ -152,3 +152,15 @@ def test_errors_are_one_line_value_errors(net):
         I.set_balancedness_(modular_transformer(n_tokens=5, n_classes=5, d_model=8, n_heads=2), 1.0)
     with pytest.raises(ValueError, match="exactly one"):
         I.select(net)
+
+
+def test_batchnorm_recalibration_matches_batch_statistics():
+    net = resnet18(width=2, in_channels=1, num_classes=2, seed=0)
+    I.absolute_scale_(net, 3.0)  # stale running stats (still the init's 0 / 1)
+    X = torch.randn(30, 1, 8, 8)
+    assert I.recalibrate_batchnorm_(net, X, batch_size=10) == sum(
+        isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
+    with torch.no_grad():
+        z = net.stem.conv(X).double()
+    torch.testing.assert_close(net.stem.bn.running_mean.double(), z.mean(dim=(0, 2, 3)), rtol=1e-5, atol=1e-6)
+    assert net.stem.bn.momentum == 0.1 and not net.training

@@ -79,6 +79,6 @@ def test_design_scaling_and_seeding():
 
 
 def test_import_does_not_pull_in_torch():
-    code = "import sys, ftlab.dln, ftlab.dln.simulate, ftlab.dln.metrics; print('torch' in sys.modules)"
+    code = "import sys, ftlab.dln, ftlab.dln.simulate, ftlab.dln.regimes; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

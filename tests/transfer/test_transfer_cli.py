@@ -196,7 +196,7 @@ def test_cli_factory_path_works_and_zero_task_vector_stays_zero(factories, tmp_p
 
 
 def test_cli_bad_option_values(folders, tmp_path, capsys):
-    code, _, err = run(base_args(folders, tmp_path / "o") + ["--whiten-p", "0.9"], capsys)
+    code, _, err = run(base_args(folders, tmp_path / "o") + ["-o", "whiten_p=0.9"], capsys)
     assert code == 2 and "whiten_p=0.9 is out of range" in err
     code, _, err = run(base_args(folders, tmp_path / "o")[:-4] + ["--loss", "nomodule_xyz:f", "--out", str(tmp_path / "o")],
                        capsys)

@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from ftlab.transfer import TaskVector, fit_transfer, infer_spec
+from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
@@ -95,7 +95,8 @@ def test_hf_models_transfer_isometrically_to_a_wider_target(name):
     torch.manual_seed(1)
     B = build(24)
     spec = infer_spec(B)
-    res = fit_transfer(A, A_ft, B, make_batches(torch.Generator().manual_seed(2)), loss, diagnostics=True)
+    res = fit_transfer(A, A_ft, B, make_batches(torch.Generator().manual_seed(2)), loss,
+                       options=TransferOptions(diagnostics=True))
     tv = res.task_vector
     assert set(tv) == {k for k, _ in B.named_parameters()}
     assert all(torch.isfinite(v).all() for v in tv.values())
@@ -130,7 +131,8 @@ def test_vit_with_other_resolution_needs_token_interpolation():
             "labels": b["labels"]} for b in src]
     with pytest.raises(ValueError, match="equal token counts"):
         fit_transfer(A, A_ft, B, source_batches=src, target_batches=tgt, loss=hf_loss)
-    res = fit_transfer(A, A_ft, B, source_batches=src, target_batches=tgt, loss=hf_loss, seq_align="interpolate2d")
+    res = fit_transfer(A, A_ft, B, source_batches=src, target_batches=tgt, loss=hf_loss,
+                       options=TransferOptions(seq_align="interpolate2d"))
     rows = {r["target"]: r for r in res.layers()}
     # the patch conv's rows are its 3x3 output grid (A's 2x2 grid resampled); transformer rows are 10 tokens
     assert rows["vit.embeddings.patch_embeddings.projection"]["in_rows"] == 3 * 4 * 9

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ftlab.transfer import fit_transfer, transfer
+from ftlab.transfer import TransferOptions, fit_transfer, transfer
 
 torch.set_num_threads(1)
 DT = torch.float64
@@ -142,7 +142,7 @@ def test_bico_narrower_target_gets_the_best_projection():
     M1, M2 = E1.T @ P1, E2.T @ P2  # A -> B maps, orthonormal columns (projections)
     tau_a = {k: A_ft.state_dict()[k] - A.state_dict()[k] for k in A.state_dict()}
     truth = mlp_truth(tau_a, M1, M2)
-    res = fit_transfer(A, A_ft, B, regression_batches(6, 5), mse_loss, diagnostics=True)
+    res = fit_transfer(A, A_ft, B, regression_batches(6, 5), mse_loss, options=TransferOptions(diagnostics=True))
     assert rel_err(res.task_vector, truth) < 1e-6
     # a projection: part of tau_A is lost, and what is kept is the least-squares best
     full = sum(float(v.pow(2).sum()) for v in tau_a.values()) ** 0.5
@@ -305,7 +305,7 @@ def test_bico_recovers_planted_transformer(ff_b):
     tau = {k: sf[k] - sa[k] for k in sa}
     truth = recode_transformer_state(tau, maps, 2, 8)
     batches = [(torch.randint(0, 20, (8, 6), generator=g), torch.randn(8, 8, generator=g, dtype=DT)) for _ in range(4)]
-    res = fit_transfer(A, A_ft, B, batches, mse_loss, diagnostics=True)
+    res = fit_transfer(A, A_ft, B, batches, mse_loss, options=TransferOptions(diagnostics=True))
     tv = res.task_vector
     assert rel_err(tv, truth) < 1e-6
     # every map is an isometry here, so each layer's delta keeps its norm and B's rows are reproduced

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from ftlab.stats import CrossMoments
-from ftlab.transfer import TaskVector, fit_transfer, infer_spec, list_methods, search_alpha, transfer
+from ftlab.core.stats import CrossMoments
+from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec, list_methods, search_alpha, transfer
 from ftlab.transfer.align import RankWarning, align_tokens, fit_map, naive_map, procrustes
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, depth_map, find_stacks, monotone_assignment
 from ftlab.transfer.spec import Rule
@@ -228,7 +228,7 @@ def test_layer_map_names_and_cka_rule():
     assert LayerMap({"blocks": [0, None]}).source_name("blocks.1.0.bias") is None
     # CKA rule: a target whose blocks are the source's own blocks maps each block to itself
     A4 = Stacked(4, seed=2).double()
-    res = fit_transfer(A4, shifted(A4, 3), copy.deepcopy(A4), batches(), loss, depth_map="cka")
+    res = fit_transfer(A4, shifted(A4, 3), copy.deepcopy(A4), batches(), loss, options=TransferOptions(depth_map="cka"))
     assert res.layer_map == {"blocks": [0, 1, 2, 3]}
 
 
@@ -349,7 +349,7 @@ def test_bad_inputs_are_value_errors():
 
 
 def test_models_are_restored_after_a_failing_loss():
-    from ftlab.hooks import hook_count
+    from ftlab.core.hooks import hook_count
 
     A, A_ft, B = mlp(0), shifted(mlp(0), 1), mlp(2)
     B.train()
@@ -409,7 +409,7 @@ def test_reported_rank_never_exceeds_the_calibration_rows():
     # float32 batch products leave rounding noise in the float64 sums; the reported rank must still be <= n rows
     import warnings as _w
 
-    from ftlab.stats import CrossMoments
+    from ftlab.core.stats import CrossMoments
     from ftlab.transfer.align import RankWarning, fit_map
 
     g = torch.Generator().manual_seed(0)

@@ -40,7 +40,7 @@ def deep():
       gamma  scale of the re-initialized readout before fine-tuning (~ gamma_FT)
       b      Transformer balancedness (||W_E||^2 - ||W_U||^2) / (||W_E||^2 + ||W_U||^2)
     In Python: ftlab.deep.interventions (relative_scale_, absolute_scale_, reinit_readout_,
-    set_balancedness_) and ftlab.metrics (participation_ratio, ensd, linear_cka).
+    set_balancedness_) and ftlab.core.geometry (participation_ratio, ensd, linear_cka).
 
     \b
     Examples:
@@ -80,8 +80,8 @@ def resnet(full, out, seeds, workers, scheduler, width, when, kappa_mode, fmt):
     offline stand-in for SVHN). Writes OUT/resnet_ft.csv, figures and OUT/claims.csv.
     Example:  ftlab deep resnet --out runs/resnet --seeds 0,1,2,3 --when init
     """
-    from ftlab.deep.experiments import resnet as R
-    from ftlab.deep.experiments.pipeline import run_resnet_part, write_claims
+    from ftlab.experiments.deep_claims import resnet as R
+    from ftlab.experiments.deep_claims.pipeline import run_resnet_part, write_claims
 
     proto, grid = R.FULL if full else R.QUICK
     changes = {k: v for k, v in dict(width=width, when=when, kappa_mode=kappa_mode).items() if v is not None}
@@ -106,8 +106,8 @@ def modular(full, out, seeds, workers, scheduler, when, fmt):
     OUT/fig_modular.png and OUT/claims.csv.
     Example:  ftlab deep modular --out runs/modular --seeds 0,1,2,3,4
     """
-    from ftlab.deep.experiments import modular as M
-    from ftlab.deep.experiments.pipeline import run_modular_part, write_claims
+    from ftlab.experiments.deep_claims import modular as M
+    from ftlab.experiments.deep_claims.pipeline import run_modular_part, write_claims
 
     proto, grid = M.FULL if full else M.QUICK
     if when is not None:
@@ -129,8 +129,8 @@ def claims(folder, fmt):
     Reads FOLDER/resnet_ft.csv and/or FOLDER/modular_ft.csv (either may be absent).
     Example:  ftlab deep claims results/deep --format csv
     """
-    from ftlab.deep.experiments import claims as C
-    from ftlab.results import load_table
+    from ftlab.core.results import load_table
+    from ftlab.experiments.deep_claims import claims as C
 
     found = []
     if (folder / "resnet_ft.csv").exists():
@@ -160,7 +160,7 @@ def geometry(x_path, y_path, center, fmt):
     """
     import numpy as np
 
-    from ftlab.metrics import ensd, linear_cka, participation_ratio
+    from ftlab.core.geometry import ensd, linear_cka, participation_ratio
 
     X = np.load(x_path, allow_pickle=False)
     rec = {"pr_x": participation_ratio(X, center=center)}

@@ -16,7 +16,7 @@ import sys
 import click
 
 from ftlab import __version__
-from ftlab.progress import set_quiet
+from ftlab.core.progress import set_quiet
 
 # name -> "module:attribute" of a click command or group
 COMMANDS = {

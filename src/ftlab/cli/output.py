@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ftlab.results import to_jsonable
+from ftlab.core.results import to_jsonable
 
 FORMATS = ("table", "json", "csv")
 

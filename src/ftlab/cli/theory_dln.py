@@ -47,7 +47,7 @@ def metrics(c, lam, gamma, beta_pt, beta_ft, fmt):
       ftlab theory metrics --c 1e-3 --lam -0.99
       ftlab theory metrics --lam -0.99 --lam 0 --lam 0.99 --gamma 0 --gamma 10 --format csv
     """
-    from ftlab.dln.metrics import metrics as compute
+    from ftlab.dln.regimes import metrics as compute
 
     records = []
     for c_, lam_, g_, bp, bf in itertools.product(c, lam, gamma, beta_pt, beta_ft):
@@ -98,11 +98,11 @@ def simulate(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_
       ftlab theory simulate --rho-shared 0.5 --rho-new 0.05 --alpha-pt 0.2 --format json
       ftlab theory simulate --method gd --dim 1000 --alpha 0.2
     """
-    from ftlab.dln.metrics import metrics as compute
+    from ftlab.core.progress import progress
+    from ftlab.core.validate import check_int, check_positive
+    from ftlab.dln.regimes import metrics as compute
     from ftlab.dln.simulate import simulate_ptft
     from ftlab.dln.tasks import TaskSpec
-    from ftlab.progress import progress
-    from ftlab.validate import check_int, check_positive
 
     dim = check_int("dim", dim, 1)
     seeds = check_int("seeds", seeds, 1)

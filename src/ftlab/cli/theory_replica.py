@@ -104,9 +104,9 @@ def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt,
     """
     import numpy as np
 
+    from ftlab.core.results import save_table
+    from ftlab.core.validate import check_int
     from ftlab.dln.replica.curves import learning_curve, simulate_curve
-    from ftlab.results import save_table
-    from ftlab.validate import check_int
 
     spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
                      noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
@@ -138,7 +138,7 @@ def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt,
 
 
 def _plot_curve(df, path: Path, *, title: str) -> None:
-    from ftlab.plotting import new_figure, save_figure
+    from ftlab.core.plotting import new_figure, save_figure
 
     fig, ax = new_figure()
     ax.plot(df["alpha"], df["error"], "-", label="replica theory")
@@ -183,10 +183,10 @@ def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noi
     """
     import numpy as np
 
+    from ftlab.core.results import save_table
+    from ftlab.core.validate import check_int
     from ftlab.dln.advisor import CORNERS, phase_diagram
     from ftlab.dln.advisor import advise as run_advise
-    from ftlab.results import save_table
-    from ftlab.validate import check_int
 
     spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
                      noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
@@ -210,7 +210,7 @@ def plot_phase(df, path: Path, *, title: str) -> None:
     import numpy as np
     from matplotlib.colors import ListedColormap
 
-    from ftlab.plotting import new_figure, save_figure
+    from ftlab.core.plotting import new_figure, save_figure
 
     names = ["I", "II", "III", "IV"]
     ov = np.sort(df["overlap"].unique())

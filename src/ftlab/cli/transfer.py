@@ -11,9 +11,44 @@ from pathlib import Path
 
 import click
 
-METHODS = ("bico", "activation_only", "gradient_only", "naive", "identity", "gradfix")
-DEPTH = ("nearest_relative", "proportional", "prefix", "cka")
-SEQ = ("identity", "interpolate", "interpolate2d", "mean", "cls")
+from ftlab.transfer.align import SEQ_ALIGN
+from ftlab.transfer.layer_map import DEPTH_RULES
+from ftlab.transfer.methods import list_methods, method_names, option_help
+
+
+def _methods_epilog() -> str:
+    """The method list for ``--help``, built from the registry (the only list of methods and options)."""
+    lines = ["\b", "Methods (--method) and their options (--method-option KEY=VALUE):"]
+    for info in list_methods():
+        lines.append(f"  {info.name}: {info.description}")
+        lines.append(f"      needs {info.needs}; ref. {info.reference}")
+        opts = ", ".join(f"{k}={d}" for k, _, d in option_help(info) if k not in info.preset)
+        if opts:
+            lines.append(f"      options: {opts}")
+    return "\n".join(lines)
+
+
+def parse_method_options(items: tuple[str, ...]) -> dict:
+    """``("center=true", "whiten_p=0.25")`` -> ``{"center": True, "whiten_p": 0.25}`` (bools, ints, floats, strings)."""
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--method-option {item!r} is invalid: expected KEY=VALUE")
+        low = raw.strip().lower()
+        value: object
+        if low in ("true", "false"):
+            value = low == "true"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    value = raw
+        out[key.strip().replace("-", "_")] = value
+    return out
 
 
 def load_callable(ref: str, what: str):
@@ -111,7 +146,8 @@ def load_batches(ref: str, batch_size: int, max_batches: int | None):
     return batches
 
 
-@click.command("transfer", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command("transfer", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+               epilog=_methods_epilog())
 @click.option("--source-base", required=True,
               help="Checkpoint of the source base model A (safetensors, weights-only .pt, or HF folder).")
 @click.option("--source-finetuned", required=True, help="Checkpoint of A fine-tuned on the task.")
@@ -126,20 +162,20 @@ def load_batches(ref: str, batch_size: int, max_batches: int | None):
 @click.option("--target-data", default=None, help="Separate calibration data for B (same samples, B's preprocessing).")
 @click.option("--loss", "loss_ref", default=None, help="module:function or file.py:function computing loss(model, batch); "
               "'hf' uses model(**batch).loss (not needed by naive/identity).")
-@click.option("--method", type=click.Choice(METHODS), default="bico", show_default=True, help="Transfer method.")
+@click.option("--method", type=click.Choice(method_names()), default="bico", show_default=True,
+              help="Transfer method (listed below with their options).")
+@click.option("--method-option", "-o", "method_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the method, e.g. -o center=true -o whiten_p=0.25 (repeatable; see below).")
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector.")
-@click.option("--depth-map", type=click.Choice(DEPTH), default="nearest_relative", show_default=True,
+@click.option("--depth-map", type=click.Choice(DEPTH_RULES), default="nearest_relative", show_default=True,
               help="Which source layer feeds each target layer.")
-@click.option("--seq-align", type=click.Choice(SEQ), default="identity", show_default=True,
+@click.option("--seq-align", type=click.Choice(SEQ_ALIGN), default="identity", show_default=True,
               help="How token rows of A and B are paired.")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Rows per calibration batch (tensor files).")
 @click.option("--max-batches", type=int, default=None, help="Use at most this many calibration batches.")
-@click.option("--center", is_flag=True,
-              help="Centre rows before the cross-covariances (default off; not confirmed by the paper).")
-@click.option("--whiten-p", type=float, default=0.0, show_default=True, help="Partial whitening exponent in [0, 0.5].")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, data, target_data, loss_ref,
-             method, alpha, depth_map, seq_align, batch_size, max_batches, center, whiten_p, out_dir):
+             method, method_options, alpha, depth_map, seq_align, batch_size, max_batches, out_dir):
     """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
 
     Runs A and B once (forward + backward) over the calibration data, fits per layer an
@@ -163,40 +199,39 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
       # plain PyTorch: factories and a loss in your own module
       ftlab transfer --source-base a.safetensors --source-finetuned a_ft.safetensors \\
           --target-base b.safetensors --source-arch mymodels:small --target-arch mymodels:wide \\
-          --data mymodels:calibration_batches --loss mymodels:loss --method bico --alpha 0.8 --out out/
+          --data mymodels:calibration_batches --loss mymodels:loss --method bico -o center=true \\
+          --alpha 0.8 --out out/
     """
     import torch
 
     from ftlab import __version__
-    from ftlab.transfer import fit_transfer
+    from ftlab.core.validate import check_finite, check_int
+    from ftlab.transfer import TransferOptions, fit_transfer, get_method
     from ftlab.transfer.align import RankWarning
     from ftlab.transfer.io import save_state_dict
-    from ftlab.validate import check_finite, check_int, check_range
 
     check_finite("alpha", alpha)
     check_int("batch_size", batch_size, 1)
     if max_batches is not None:
         check_int("max_batches", max_batches, 1)
-    check_range("whiten_p", whiten_p, 0.0, 0.5)
+    m = get_method(method, **parse_method_options(method_options))  # validate before loading any model
     t0 = time.perf_counter()
     A = build_model(source_arch, source_base, hf_class, "source base")
     A_ft = build_model(source_arch, source_finetuned, hf_class, "source finetuned")
     B = build_model(target_arch, target_base, hf_class, "target base")
-    calibrated = method not in ("naive", "identity")
-    if calibrated and (data is None or loss_ref is None):
+    if m.calibration is not None and (data is None or loss_ref is None):
         raise ValueError(f"--method {method} needs calibration data and a loss: give --data and --loss")
     loss = None if loss_ref is None else _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
     batches = None if data is None else load_batches(data, batch_size, max_batches)
-    kwargs = {}
+    source_batches = target_batches = None
     if target_data is not None and batches is not None:
-        kwargs = {"source_batches": batches, "target_batches": load_batches(target_data, batch_size, max_batches)}
+        source_batches, target_batches = batches, load_batches(target_data, batch_size, max_batches)
         batches = None
-    if method in ("bico", "activation_only", "gradient_only"):
-        kwargs.update(center=center, whiten_p=whiten_p)
+    opts = TransferOptions(depth_map=depth_map, seq_align=seq_align, diagnostics=m.calibration == "maps")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RankWarning)
-        res = fit_transfer(A, A_ft, B, batches, loss, method=method, depth_map=depth_map, seq_align=seq_align,
-                           diagnostics=method in ("bico", "activation_only", "gradient_only"), **kwargs)
+        res = fit_transfer(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,
+                           target_batches=target_batches)
     rank_notes = [str(w.message) for w in caught if issubclass(w.category, RankWarning)]
     for w in caught:
         if not issubclass(w.category, RankWarning):
@@ -209,7 +244,7 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     report = {"ftlab_version": __version__, "inputs": {"source_base": source_base, "source_finetuned": source_finetuned,
                                                         "target_base": target_base, "data": data, "loss": loss_ref},
               "alpha": alpha, **res.report(), "rank_warnings": rank_notes, "total_time_s": time.perf_counter() - t0}
-    from ftlab.results import save_json, to_jsonable
+    from ftlab.core.results import save_json, to_jsonable
 
     json.dumps(to_jsonable(report))  # fail before writing anything if the report is not serialisable
     out = Path(out_dir)
@@ -217,7 +252,7 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     save_state_dict(out / "model.safetensors", model.state_dict(), metadata={"format": "pt", "ftlab_alpha": str(alpha)})
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "to_json_string"):  # make --out a loadable Hugging Face folder
-        from ftlab.results import atomic_write_text
+        from ftlab.core.results import atomic_write_text
 
         atomic_write_text(out / "config.json", config.to_json_string())
     save_json(out / "report.json", report)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ftlab.core.validate import check_choice
 from ftlab.data.images import DatasetMissing
-from ftlab.validate import check_choice
 
 __all__ = ["load_cifar10", "load_cifar100", "load_svhn", "read_cifar_pickle", "read_cifar_binary"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ftlab.validate import check_choice
+from ftlab.core.validate import check_choice
 
 __all__ = ["DatasetMissing", "read_idx", "load_fashion_mnist", "load_mnist", "load_digits"]
 

@@ -3,8 +3,9 @@
 Interventions (named like ``torch.nn.init``; the ones ending in ``_`` mutate the model in place and
 return a record of what changed): :func:`select`, :func:`early_late`, :func:`rescale_`,
 :func:`relative_scale_` (kappa), :func:`absolute_scale_` (s), :func:`reinit_readout_` (gamma),
-:func:`balancedness` / :func:`set_balancedness_`. Geometry: :mod:`ftlab.metrics`. Models:
-:mod:`ftlab.deep.models`. Experiments: :mod:`ftlab.deep.experiments`. See docs/deep.md.
+:func:`balancedness` / :func:`set_balancedness_`, :func:`recalibrate_batchnorm_`. Geometry:
+:mod:`ftlab.core.geometry`. Models: :mod:`ftlab.models`. Experiments (which use this package; it never
+imports them): :mod:`ftlab.experiments.deep_claims`. See docs/deep.md.
 """
 
 from ftlab.deep.interventions import (
@@ -17,6 +18,7 @@ from ftlab.deep.interventions import (
     depth_units,
     early_late,
     find_readout,
+    recalibrate_batchnorm_,
     reinit_readout_,
     relative_scale_,
     rescale_,
@@ -34,6 +36,7 @@ __all__ = [
     "depth_units",
     "early_late",
     "find_readout",
+    "recalibrate_batchnorm_",
     "reinit_readout_",
     "relative_scale_",
     "rescale_",

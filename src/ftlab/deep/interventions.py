@@ -15,6 +15,7 @@ choice below is ftlab's documented default, not the paper's):
   (||W_in||^2 + ||W_out||^2)`` between the token embedding and the readout (unembedding), after the
   conserved quantity of Kunin et al. 2024 ("Get rich quick"); negative = upstream (embedding small).
 * :func:`rescale_` -- the primitive: multiply a :class:`Selection` by a factor.
+* :func:`recalibrate_batchnorm_` -- recompute BatchNorm running statistics after a rescale.
 
 Group selection (:func:`select`): a model's *depth units* are ``model.ftlab_blocks`` when the model
 defines it (ftlab's ResNet and Transformer do), otherwise its top-level children in registration
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ftlab.validate import check_choice, check_finite, check_nonnegative, check_positive, check_range
+from ftlab.core.validate import check_choice, check_finite, check_nonnegative, check_positive, check_range
 
 __all__ = [
     "Selection",
@@ -58,6 +59,7 @@ __all__ = [
     "reinit_readout_",
     "balancedness",
     "set_balancedness_",
+    "recalibrate_batchnorm_",
 ]
 
 _READOUT_NAMES = ("fc", "head", "classifier", "readout", "unembed", "lm_head", "out")
@@ -423,3 +425,36 @@ def set_balancedness_(model: nn.Module, target: float, *, preserve: str = "produ
         w_in.mul_(a)
         ro.weight.mul_(b)
     return BalanceRecord(ename, rname, a, b, before, balancedness(model, embedding=embedding, readout=readout))
+
+
+@torch.no_grad()
+def recalibrate_batchnorm_(model: nn.Module, X: torch.Tensor, *, batch_size: int | None = None) -> int:
+    """Reset every BatchNorm layer's running mean/variance and recompute them on ``X``.
+
+    ``batch_size=None`` (default) uses one pass over all of ``X`` (the exact statistics of ``X``);
+    otherwise the per-batch statistics are averaged with equal weights (PyTorch's cumulative
+    average, ``momentum=None``). Leaves the model in eval mode; returns the number of BatchNorm
+    layers recalibrated.
+
+    Needed after rescaling a BatchNorm network: a rescale changes the activations but not the
+    running statistics collected before it, and a short fine-tuning run does not refresh them, so
+    eval-mode outputs would be mis-normalized.
+    """
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    try:
+        model.train()
+        n = int(X.shape[0])
+        bs = n if batch_size is None else int(batch_size)
+        if bs < 1:
+            raise ValueError(f"batch_size={batch_size!r} is out of range: must be an integer >= 1")
+        for i in range(0, n, bs):
+            model(X[i:i + bs])
+    finally:
+        for m, mom in zip(bns, saved):
+            m.momentum = mom
+        model.eval()
+    return len(bns)

@@ -12,7 +12,7 @@ corners used in the paper's regime comparison (c = 1e-3; spec §4.2):
     III (lazy, PT-independent): lam = 0,         gamma = 10
     IV (rich, PT-dependent):    lam = -0.99,     gamma = 0
 
-The regime of a setting is the one of :func:`ftlab.dln.metrics.metrics` at ``|beta_PT| = a_pt``
+The regime of a setting is the one of :func:`ftlab.dln.regimes.metrics` at ``|beta_PT| = a_pt``
 (typical PT magnitude) and ``|beta_FT| = 1/sqrt(rho_FT)`` (typical FT magnitude) -- a convention of
 ftlab [U]. :func:`phase_diagram` maps the best corner over ``(omega, rho_FT / rho_PT)`` at fixed alpha.
 """
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftlab.dln.metrics import CORNER_C, REGIME_CORNERS
+from ftlab.core.validate import check_positive
+from ftlab.dln.regimes import CORNER_C, REGIME_CORNERS
 from ftlab.dln.replica.expect import QuadratureExpectation
 from ftlab.dln.replica.prior import ft_prior
 from ftlab.dln.replica.solver import solve_point
-from ftlab.validate import check_positive
 
 __all__ = ["CORNERS", "Advice", "predicted_error", "advise", "phase_diagram", "phase_row", "regime_of"]
 
@@ -62,7 +62,7 @@ class Advice:
 
 def regime_of(spec, *, c: float, lam: float, gamma: float) -> str:
     """Regime label of a setting at typical magnitudes (see module doc)."""
-    from ftlab.dln.metrics import metrics
+    from ftlab.dln.regimes import metrics
 
     b_ft = 1.0 / math.sqrt(spec.rho_ft) if spec.rho_ft > 0 else 1.0
     return str(metrics(beta_pt=spec.a_pt, beta_ft=b_ft, c=c, lam=lam, gamma=gamma).regime)
@@ -139,7 +139,7 @@ def phase_row(*, overlap: float, ratios: list, rho_pt: float, alpha: float, alph
     """One row (fixed omega) of :func:`phase_diagram`: the best regime corner for each rho_FT/rho_PT.
 
     Infeasible statistics (omega rho_FT > rho_PT, or rho_FT > 1) give ``best = None`` and NaN errors.
-    Top-level and picklable: a point of :func:`ftlab.sweep.run_sweep`.
+    Top-level and picklable: a point of :func:`ftlab.core.sweep.run_sweep`.
     """
     from ftlab.dln.tasks import TaskSpec
 
@@ -168,7 +168,7 @@ def phase_diagram(*, rho_pt: float, alpha: float, overlaps, ratios, alpha_pt: fl
 
     Columns: overlap, ratio, best (I-IV or None if infeasible), error_I .. error_IV.
     """
-    from ftlab.sweep import run_sweep
+    from ftlab.core.sweep import run_sweep
 
     check_positive("rho_pt", rho_pt)
     check_positive("alpha", alpha)

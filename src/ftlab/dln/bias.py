@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftlab.validate import check_finite, check_positive
+from ftlab.core.validate import check_finite, check_positive
 
 __all__ = [
     "q_k",

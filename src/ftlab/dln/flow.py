@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ftlab.core.validate import check_choice, check_finite, check_int, check_positive
 from ftlab.dln.model import Weights, beta_coefficients, rotate
-from ftlab.validate import check_choice, check_finite, check_int, check_positive
 
 __all__ = ["TrainResult", "gradient_flow", "gradient_descent", "invariant_drift"]
 

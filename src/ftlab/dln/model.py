@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftlab.validate import check_finite, check_nonnegative, check_positive, check_range
+from ftlab.core.validate import check_finite, check_nonnegative, check_positive, check_range
 
 __all__ = ["Weights", "init_pt", "oracle_pt", "ft_reset", "rotate", "beta_coefficients"]
 

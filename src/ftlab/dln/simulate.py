@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ftlab.core.validate import check_choice, check_int, check_nonnegative, check_positive, check_range
 from ftlab.dln.bias import min_l2_interpolator, solve_implicit_bias
 from ftlab.dln.flow import TrainResult, gradient_descent, gradient_flow
 from ftlab.dln.model import ft_reset, init_pt, oracle_pt
 from ftlab.dln.tasks import TaskSpec, sample_problem
-from ftlab.validate import check_choice, check_int, check_nonnegative, check_positive, check_range
 
 __all__ = ["SimulationResult", "simulate_ptft"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftlab.validate import check_choice, check_finite, check_int, check_nonnegative, check_positive, check_probability
+from ftlab.core.validate import check_choice, check_finite, check_int, check_nonnegative, check_positive, check_probability
 
 __all__ = ["TaskSpec", "Problem", "sample_teachers", "sample_design", "sample_labels", "sample_problem", "n_samples"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ftlab import __version__
-from ftlab.results import atomic_write_text
+from ftlab.core.results import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ReportContext:
     out_dir : folder of the report; a section writes under ``out_dir / <section name>``.
     full : paper-size run instead of the quick default.
     figures : optional subset of a section's named figures (``None`` = all).
-    workers / scheduler : passed to :func:`ftlab.sweep.run_sweep`.
+    workers / scheduler : passed to :func:`ftlab.core.sweep.run_sweep`.
     seed : base seed.
     """
 

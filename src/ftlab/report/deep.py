@@ -2,8 +2,8 @@
 
 Quick run (default): ResNet-18 width 8, 3 seeds, n_FT in {10, 30, 100, 300}; Transformer on
 (a + b) mod 30, 3 seeds. ``--full``: width 8, 6 seeds, n_FT in {10, ..., 1000}, more values of
-every knob. Protocols: :mod:`ftlab.deep.experiments.resnet` and :mod:`ftlab.deep.experiments.modular`;
-verdict rule: :mod:`ftlab.deep.experiments.claims`.
+every knob. Protocols: :mod:`ftlab.experiments.deep_claims.resnet` and :mod:`ftlab.experiments.deep_claims.modular`;
+verdict rule: :mod:`ftlab.experiments.deep_claims.claims`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def _claims_md(table) -> str:
 
 def run(ctx: ReportContext) -> str:
     from ftlab.data import DatasetMissing
-    from ftlab.deep.experiments import modular as M
-    from ftlab.deep.experiments import resnet as R
-    from ftlab.deep.experiments.pipeline import run_modular_part, run_resnet_part, write_claims
+    from ftlab.experiments.deep_claims import modular as M
+    from ftlab.experiments.deep_claims import resnet as R
+    from ftlab.experiments.deep_claims.pipeline import run_modular_part, run_resnet_part, write_claims
 
     out = ctx.section_dir("deep")
     figs = ctx.figures

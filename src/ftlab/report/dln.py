@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ftlab.dln.metrics import CORNER_C, REGIME_CORNERS
-from ftlab.results import save_table
+from ftlab.core.results import save_table
+from ftlab.dln.regimes import CORNER_C, REGIME_CORNERS
 
 # Draft-figure settings of the authors' code (spec §4.2, figure4.py), c = 1e-3: (lam, gamma).
 REGIME_SETTINGS = REGIME_CORNERS
@@ -64,8 +64,8 @@ def _best(errors: pd.Series) -> list[str]:
 def _regime_maps(ctx, out) -> str:
     from matplotlib.colors import ListedColormap
 
-    from ftlab.dln.metrics import metrics
-    from ftlab.plotting import new_figure, save_figure
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.dln.regimes import metrics
 
     lam = np.linspace(-1.0, 1.0, 161)
     b_pt = np.logspace(np.log10(5e-4), np.log10(2e3), 181)
@@ -121,8 +121,8 @@ def _regime_maps(ctx, out) -> str:
 
 
 def _tradeoff(ctx, out) -> str:
-    from ftlab.dln.metrics import metrics
-    from ftlab.plotting import new_figure, save_figure
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.dln.regimes import metrics
 
     rng = np.random.default_rng(ctx.seed)
     n = 20_000
@@ -155,8 +155,8 @@ def _tradeoff(ctx, out) -> str:
 
 
 def _sim_check(ctx, out) -> str:
-    from ftlab.plotting import new_figure, save_figure
-    from ftlab.sweep import grid, run_sweep
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.sweep import grid, run_sweep
 
     if ctx.full:
         dim, alphas, n_seeds, n_sim = 1000, [0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5], 10, 3

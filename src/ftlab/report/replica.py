@@ -11,7 +11,7 @@ Named figures (``ftlab reproduce replica --figure NAME``):
 
 Quick mode (default): coarse alpha grids, D = 300-400 simulations with 2-3 seeds, the exact FT
 interpolator as the simulated endpoint. ``--full``: the paper's 80-point grids and D = 2000 with 14 seeds.
-All sweeps go through :func:`ftlab.sweep.run_sweep` with stores under ``<out>/replica/`` (resumable).
+All sweeps go through :func:`ftlab.core.sweep.run_sweep` with stores under ``<out>/replica/`` (resumable).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ftlab.dln.metrics import REGIME_CORNERS
+from ftlab.dln.regimes import REGIME_CORNERS
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ def _size(ctx):
 
 def _curves(ctx, name, settings, alphas):
     """Replica curves for a list of setting dicts (curve_records kwargs without alphas), one sweep point each."""
+    from ftlab.core.sweep import run_sweep
     from ftlab.dln.replica.curves import curve_records
-    from ftlab.sweep import run_sweep
 
     points = [dict(s, alphas=[float(a) for a in alphas]) for s in settings]
     df = run_sweep(curve_records, points, store=ctx.section_dir("replica") / f"{name}_theory.jsonl",
@@ -63,8 +63,8 @@ def _sims(ctx, name, settings, alphas, dim, seeds):
     """Simulated errors (exact FT interpolator) for settings x alphas x seeds; aggregated mean and 95% CI."""
     from scipy import stats
 
+    from ftlab.core.sweep import run_sweep
     from ftlab.dln.replica.curves import simulate_point
-    from ftlab.sweep import run_sweep
 
     points = [dict(s, alpha=float(a), dim=int(dim), seed=int(sd)) for s in settings for a in alphas for sd in seeds]
     raw = run_sweep(simulate_point, points, store=ctx.section_dir("replica") / f"{name}_sims.jsonl",
@@ -127,8 +127,8 @@ def _err_at(theory, s, alpha):
 
 
 def _fig3(ctx) -> str:
-    from ftlab.plotting import new_figure, save_figure
-    from ftlab.results import save_table
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.results import save_table
 
     size = _size(ctx)
     omegas = {0.0: ":", 0.5: "--", 1.0: "-"}
@@ -218,10 +218,10 @@ def _fig3(ctx) -> str:
 
 
 def _fig4(ctx) -> str:
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.results import save_table
     from ftlab.dln.replica.curves import learning_curve
     from ftlab.dln.tasks import TaskSpec
-    from ftlab.plotting import new_figure, save_figure
-    from ftlab.results import save_table
 
     size = _size(ctx)
     settings = [_base(o, r, lam=lam, gamma=g) for (o, r) in TASKS.values() for lam, g in REGIMES.values()]
@@ -321,9 +321,9 @@ def _fig4(ctx) -> str:
 def _lorder(ctx) -> str:
     import pandas as pd_
 
-    from ftlab.dln.metrics import l_order, pd
-    from ftlab.plotting import new_figure, save_figure
-    from ftlab.results import save_table
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.results import save_table
+    from ftlab.dln.regimes import l_order, pretraining_dependence
 
     n = 160 if ctx.full else 80
     b_pt = np.geomspace(5e-4, 2e3, n)
@@ -341,7 +341,7 @@ def _lorder(ctx) -> str:
         P = np.empty((len(vals), n))
         for i, v in enumerate(vals):
             L[i] = l_order(1.0, b_pt, **kw(v))
-            P[i] = pd(1.0, b_pt, **kw(v))
+            P[i] = pretraining_dependence(1.0, b_pt, **kw(v))
         frames.append(pd_.DataFrame({"axis": key, "value": np.repeat(vals, n), "beta_pt": np.tile(b_pt, len(vals)),
                                      "l_order": L.ravel(), "pd": P.ravel()}))
         # how close a cell gets to the corner (l = 1, PD = -1) in both coordinates at once
@@ -370,7 +370,7 @@ def _lorder(ctx) -> str:
         "![](replica/lorder.png)",
         "",
         "l-order = d log q_k(beta_FT)/d log|beta_FT| and PD = d log q_k/d log|beta_PT| at |beta_FT| = 1 [U: evaluation "
-        "point], from `ftlab.dln.metrics`; white line l = 1.5 (rich/lazy), cyan dashed PD = -0.1 (PT-(in)dependent): "
+        "point], from `ftlab.dln.regimes`; white line l = 1.5 (rich/lazy), cyan dashed PD = -0.1 (PT-(in)dependent): "
         "ftlab's regime boundaries [U]. Axes follow the authors' early heatmap scripts (spec §4.1).",
         "",
         "| claim 5 | ftlab computed | verdict |",
@@ -408,12 +408,12 @@ def single_task_point(*, rho: float, c: float, lam: float, alpha: float, dim: in
 
 
 def _single_task(ctx) -> str:
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.results import save_table
+    from ftlab.core.sweep import run_sweep
     from ftlab.dln.replica.curves import solve_curve
     from ftlab.dln.replica.expect import QuadratureExpectation
     from ftlab.dln.replica.prior import single_task_prior
-    from ftlab.plotting import new_figure, save_figure
-    from ftlab.results import save_table
-    from ftlab.sweep import run_sweep
 
     size = _size(ctx)
     rhos = [0.01, 0.04, 0.1, 0.9]
@@ -475,8 +475,8 @@ def _single_task(ctx) -> str:
 
 
 def _imperfect_pt(ctx) -> str:
-    from ftlab.plotting import new_figure, save_figure
-    from ftlab.results import save_table
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.results import save_table
 
     alphas = list(np.linspace(0.02, 0.4, 20 if not ctx.full else 60))
     lams = [-0.9, -0.5, 0.0, 0.5]

@@ -1,6 +1,6 @@
 """Report section ``transfer``: BiCo against its baselines and direct fine-tuning, at CPU scale.
 
-``ftlab reproduce transfer`` runs :func:`ftlab.transfer.benchmark.run.run_benchmark` (quick by
+``ftlab reproduce transfer`` runs :func:`ftlab.experiments.transfer_accuracy.run.run_benchmark` (quick by
 default, ``--full`` for 5 tasks x 5 seeds and the fine alpha grid), writes ``transfer/raw.csv``,
 ``transfer/table.csv`` (the ``docs/transfer-benchmark.csv`` format), ``transfer/gap_closed.csv``,
 ``transfer/calibration.csv`` and the bar chart ``transfer/bars.png`` (figure name ``bars``), and
@@ -72,10 +72,16 @@ def verdict(table, gaps) -> list[str]:
 
 
 def run(ctx: ReportContext) -> str:
-    from ftlab.results import save_table
-    from ftlab.transfer.benchmark.run import full_config, quick_config, run_benchmark
-    from ftlab.transfer.benchmark.table import bar_chart, calibration_curve, gap_closed, markdown_tables, summary_table
-    from ftlab.transfer.benchmark.tasks import TASKS
+    from ftlab.core.results import save_table
+    from ftlab.experiments.transfer_accuracy.run import full_config, quick_config, run_benchmark
+    from ftlab.experiments.transfer_accuracy.table import (
+        bar_chart,
+        calibration_curve,
+        gap_closed,
+        markdown_tables,
+        summary_table,
+    )
+    from ftlab.experiments.transfer_accuracy.tasks import TASKS
 
     check_data()
     cfg = full_config() if ctx.full else quick_config()

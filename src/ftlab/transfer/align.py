@@ -21,16 +21,20 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch.nn import functional as F
 
-from ftlab.stats import CrossMoments
-from ftlab.validate import check_choice, check_range
+from ftlab.core.geometry import cka_from_moments
+from ftlab.core.stats import CrossMoments
+from ftlab.core.validate import check_choice, check_range
 
-__all__ = ["SEQ_ALIGN", "MapFit", "RankWarning", "align_tokens", "fit_map", "naive_map", "procrustes", "to_tokens"]
+__all__ = ["SEQ_ALIGN", "SeqAlign", "MapFit", "RankWarning", "align_tokens", "fit_map", "naive_map", "procrustes",
+           "to_tokens"]
 
-SEQ_ALIGN = ("identity", "interpolate", "interpolate2d", "mean", "cls")
+SeqAlign = Literal["identity", "interpolate", "interpolate2d", "mean", "cls"]
+SEQ_ALIGN: tuple[str, ...] = get_args(SeqAlign)
 
 
 class RankWarning(UserWarning):
@@ -208,11 +212,11 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
     da, db = C.shape
     naive = naive_map(da, db)
     res_naive = stats.residual(naive, center=center)
-    cka = stats.linear_cka()
+    cka = cka_from_moments(stats)
     if not torch.any(C != 0):
         warnings.warn(f"{name}: the {source} cross-covariance is zero (no signal reached this point); "
                       "using the pad/truncate map", RankWarning, stacklevel=2)
-        cka_naive = stats.linear_cka(naive)
+        cka_naive = cka_from_moments(stats, naive)
         return MapFit(naive, source, stats.n, 0, res_naive, res_naive, cka, cka_naive, cka_naive, converged=False, n_iter=0)
     if whiten_p > 0:
         if not stats.second:
@@ -230,4 +234,4 @@ def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p:
                       stacklevel=2)
     R = (U @ Vh).cpu()  # = procrustes(C), from the same SVD (on the statistics' device)
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
-                  stats.linear_cka(naive), stats.linear_cka(R))
+                  cka_from_moments(stats, naive), cka_from_moments(stats, R))

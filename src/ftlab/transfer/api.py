@@ -1,6 +1,6 @@
 """``transfer(...)``: carry a task vector from source base A to target base B without training.
 
-Steps (BiCo, Son et al. 2026, arXiv:2605.28444; pseudocode in ``spec/bico.md`` sec. 3.11):
+Steps (BiCo, Son et al. 2026, arXiv:2605.28444):
 
 1. ``tau_A = theta_A^ft - theta_A^pre`` (strict: same names and shapes).
 2. Transport specs of A and B (:func:`~ftlab.transfer.spec.infer_spec`) and the depth map
@@ -14,6 +14,7 @@ The models are never modified (training flags and ``requires_grad`` are restored
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import resource
@@ -24,16 +25,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ftlab.transfer.align import SEQ_ALIGN, MapFit
+from ftlab.transfer.align import MapFit
 from ftlab.transfer.calibrate import collect_maps_stats, collect_target_grads, layer_cka_scores, paired_batches, peek
-from ftlab.transfer.layer_map import DEPTH_RULES, LayerMap, build_layer_map, find_stacks
-from ftlab.transfer.methods import get_method
+from ftlab.transfer.layer_map import LayerMap, build_layer_map, find_stacks
+from ftlab.transfer.methods import Method, get_method, list_methods
+from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
-from ftlab.transfer.spec import DEFAULT_ZERO, TransportSpec, infer_spec
+from ftlab.transfer.spec import TransportSpec, infer_spec
 from ftlab.transfer.task_vector import TaskVector
-from ftlab.validate import check_choice, check_int
 
-__all__ = ["TransferResult", "fit_transfer", "pair_points", "transfer"]
+__all__ = ["TransferResult", "fit_transfer", "pair_points", "split_options", "transfer"]
 
 log = logging.getLogger(__name__)
 
@@ -139,46 +140,49 @@ def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVect
     return {tp: {"source_norm": a ** 0.5, "target_norm": b ** 0.5} for tp, (a, b) in sq.items()}
 
 
-def _method_with_options(method: str, options: dict):
-    try:
-        return get_method(method, **options)
-    except TypeError as exc:
-        raise ValueError(f"invalid option for method {method!r}: {exc}") from None
+def _resolve_method(method: str | Method) -> Method:
+    if isinstance(method, str):
+        return get_method(method)
+    if not isinstance(method, Method):
+        raise ValueError(f"method={method!r} is invalid: give a registered name or an object implementing "
+                         "ftlab.transfer.methods.Method")
+    return method
+
+
+def _method_record(m: Method) -> dict:
+    opts = m.options
+    return {"name": m.name, **(dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else {})}
 
 
 def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
-                 batches: Iterable | None = None, loss: Callable | None = None, *, method: str = "bico",
-                 depth_map: str = "nearest_relative", source_batches: Iterable | None = None,
-                 target_batches: Iterable | None = None, seq_align: str = "identity", n_prefix: int | None = None,
-                 padding_mask="auto", seq_first: bool = False, zero_params: Iterable[str] = DEFAULT_ZERO,
-                 source_overrides: Mapping | None = None, target_overrides: Mapping | None = None,
-                 diagnostics: bool = False, batch_dtype: torch.dtype | None = None, cka_batches: int = 4,
-                 source_stats: str = "base", train_mode: bool = False, loss_reduction: str = "mean",
-                 **method_options) -> TransferResult:
-    """Like :func:`transfer`, but returns a :class:`TransferResult` with per-layer diagnostics.
+                 batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
+                 options: TransferOptions | None = None, source_batches: Iterable | None = None,
+                 target_batches: Iterable | None = None) -> TransferResult:
+    """Like :func:`transfer`, but takes one :class:`~ftlab.transfer.options.TransferOptions` and a method
+    (a registered name or a configured :class:`~ftlab.transfer.methods.Method`, e.g.
+    ``get_method("bico", center=True)``), and returns a :class:`TransferResult` with per-layer
+    diagnostics and the full run record.
 
-    ``diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment residuals
-    are reported (more memory and time).
+    ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
+    residuals are reported (more memory and time).
     """
     t0 = time.perf_counter()
-    check_choice("depth_map", depth_map, DEPTH_RULES)
-    check_choice("seq_align", seq_align, SEQ_ALIGN)
-    check_int("cka_batches", cka_batches, 1)
-    check_choice("source_stats", source_stats, ("base", "finetuned"))
-    check_choice("loss_reduction", loss_reduction, ("mean", "sum"))
-    for name, m in (("source_base", source_base), ("source_finetuned", source_finetuned), ("target_base", target_base)):
-        if not isinstance(m, nn.Module):
-            raise ValueError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
+    opts = options if options is not None else TransferOptions()
+    if not isinstance(opts, TransferOptions):
+        raise ValueError(f"options must be a TransferOptions, got {type(opts).__name__}")
+    for name, mod in (("source_base", source_base), ("source_finetuned", source_finetuned), ("target_base", target_base)):
+        if not isinstance(mod, nn.Module):
+            raise ValueError(f"{name} must be a torch.nn.Module, got {type(mod).__name__}")
     if loss is not None and len(inspect.signature(loss).parameters) < 2:
         raise ValueError("loss must be a function loss(model, batch) -> scalar tensor")
     tau_a = TaskVector.from_models(source_base, source_finetuned)
     bad = [k for k, v in tau_a.items() if not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"the source task vector is not finite at {bad[0]!r}")
-    m = _method_with_options(method, method_options)
+    m = _resolve_method(method)
     target_shapes = {k: tuple(p.shape) for k, p in target_base.named_parameters()}
     cka = None
-    if depth_map == "cka":
+    if opts.depth_map == "cka":
         if loss is None:
             raise ValueError("depth_map='cka' needs calibration batches and a loss")
         for b in (batches, source_batches, target_batches):
@@ -186,34 +190,34 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
                 raise ValueError("depth_map='cka' needs re-iterable batches (a list or a DataLoader), "
                                  "not a one-shot iterator")
         pairs_iter, _ = paired_batches(batches, source_batches, target_batches)
-        head, _ = peek(pairs_iter, cka_batches)
+        head, _ = peek(pairs_iter, opts.cka_batches)
         stacks = [p for p in find_stacks(target_base) if p in find_stacks(source_base)]
         cka = layer_cka_scores(source_base, target_base, stacks, head, loss)
-    lmap: LayerMap = build_layer_map(source_base, target_base, depth_map, cka_scores=cka)
-    if hasattr(m, "check"):
-        m.check(tau_a, TransferProblem(lmap, target_shapes))
+    lmap: LayerMap = build_layer_map(source_base, target_base, opts.depth_map, cka_scores=cka)
+    m.check(tau_a, TransferProblem(lmap, target_shapes))
     stats = None
     pairs: dict[str, str] = {}
     n_batches = 0
     t_cal = time.perf_counter()
     if m.calibration == "maps":
         if loss is None:
-            raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
-        spec_a = infer_spec(source_base, zero_params=zero_params, overrides=source_overrides)
-        spec_b = infer_spec(target_base, zero_params=zero_params, overrides=target_overrides)
+            raise ValueError(f"method {m.name!r} needs calibration batches and a loss(model, batch)")
+        spec_a = infer_spec(source_base, zero_params=opts.zero_params, overrides=opts.source_overrides)
+        spec_b = infer_spec(target_base, zero_params=opts.zero_params, overrides=opts.target_overrides)
         pairs = pair_points(spec_a, spec_b, lmap)
         problem = TransferProblem(lmap, target_shapes, spec_a, spec_b, pairs)
         reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
         pairs_iter, total = paired_batches(batches, source_batches, target_batches)
         stats, n_batches = collect_maps_stats(
-            source_base if source_stats == "base" else source_finetuned, target_base, pairs=pairs,
+            source_base if opts.source_stats == "base" else source_finetuned, target_base, pairs=pairs,
             source_spec=spec_a, target_spec=spec_b, requirements=reqs,
-            pairs_iter=pairs_iter, total=total, loss=loss, seq_align=seq_align, n_prefix=n_prefix,
-            padding_mask=padding_mask, seq_first=seq_first, second=diagnostics or m.needs_second_moments,
-            batch_dtype=batch_dtype, train_mode=train_mode, loss_reduction=loss_reduction)
+            pairs_iter=pairs_iter, total=total, loss=loss, seq_align=opts.seq_align, n_prefix=opts.n_prefix,
+            padding_mask=opts.padding_mask, seq_first=opts.seq_first,
+            second=opts.diagnostics or m.needs_second_moments, batch_dtype=opts.torch_batch_dtype,
+            train_mode=opts.train_mode, loss_reduction=opts.loss_reduction)
     elif m.calibration == "target_grads":
         if loss is None:
-            raise ValueError(f"method {method!r} needs calibration batches and a loss(model, batch)")
+            raise ValueError(f"method {m.name!r} needs calibration batches and a loss(model, batch)")
         tb = target_batches if target_batches is not None else batches
         if tb is None:
             raise ValueError("batches is None: the method needs calibration batches")
@@ -229,18 +233,34 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}
     fits = dict(getattr(m, "fits", {}))
     point_norms = _point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {}
-    options = {"depth_map": depth_map, "seq_align": seq_align, "n_prefix": n_prefix, "seq_first": seq_first,
-               "zero_params": list(zero_params), "diagnostics": diagnostics, "batch_dtype": str(batch_dtype),
-               "source_stats": source_stats, "train_mode": train_mode, "loss_reduction": loss_reduction,
-               **{k: v for k, v in method_options.items() if isinstance(v, (int, float, str, bool, type(None)))}}
-    return TransferResult(task_vector=tau_b, method=method, options=options, layer_map=lmap.as_dict(), pairs=pairs,
+    record = {"transfer": opts.record(), "method": _method_record(m)}
+    return TransferResult(task_vector=tau_b, method=m.name, options=record, layer_map=lmap.as_dict(), pairs=pairs,
                           fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
                           source_norms={"total": tau_a.norm()}, timings=timings, point_norms=point_norms)
 
 
+def split_options(method: str, options: Mapping) -> tuple[TransferOptions, Method]:
+    """Split flat keyword options into :class:`TransferOptions` fields and ``method``'s own options.
+
+    An option that belongs to neither raises ``ValueError`` naming it and the valid choices.
+    """
+    names = set(TransferOptions.field_names())
+    general = {k: v for k, v in options.items() if k in names}
+    own = {k: v for k, v in options.items() if k not in names}
+    info = next((i for i in list_methods() if i.name == method), None)
+    if info is None:
+        raise ValueError(f"method={method!r} is invalid: must be one of {', '.join(i.name for i in list_methods())}")
+    own_names = {f.name for f in dataclasses.fields(info.options_type)}
+    unknown = [k for k in own if k not in own_names]
+    if unknown:
+        raise ValueError(f"invalid option {unknown[0]!r} for method {method!r}: valid options are "
+                         f"{', '.join(sorted(own_names | names))}")
+    return TransferOptions(**general), get_method(method, **own)
+
+
 def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
              batches: Iterable | None = None, loss: Callable | None = None, *, method: str = "bico",
-             depth_map: str = "nearest_relative", **options) -> TaskVector:
+             source_batches: Iterable | None = None, target_batches: Iterable | None = None, **options) -> TaskVector:
     """The target's task vector ``tau_B``, transported from ``tau_A = source_finetuned - source_base``.
 
     Parameters
@@ -255,22 +275,15 @@ def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
     loss:
         ``loss(model, batch) -> scalar tensor``; gradients are taken at the *base* models.
     method:
-        A short name from :func:`~ftlab.transfer.list_methods`: ``bico`` (default),
-        ``activation_only``, ``gradient_only``, ``naive``, ``identity``, ``gradfix``.
-    depth_map:
-        ``nearest_relative`` (default), ``proportional``, ``prefix`` or ``cka``.
+        A short name from :func:`~ftlab.transfer.list_methods`: ``bico`` (default), its ablations
+        ``bico_input_only`` / ``bico_output_only``, ``activation_only``, ``gradient_only``,
+        ``naive``, ``identity``, ``gradfix``.
     options:
-        ``seq_align`` (``identity`` | ``interpolate`` | ``interpolate2d`` | ``mean`` | ``cls``),
-        ``n_prefix``, ``padding_mask`` (``"auto"`` = ``batch["attention_mask"]``, a key, a
-        callable or None), ``seq_first``, ``zero_params``, ``source_overrides``/``target_overrides``
-        (hand-written rules), ``diagnostics``, ``batch_dtype``, ``cka_batches``, ``source_stats``
-        (``"base"``: statistics of A at its base weights, default [U]; ``"finetuned"``: at the
-        fine-tuned weights), ``train_mode`` (calibrate in train mode; default eval [U]),
-        ``loss_reduction`` (``"mean"``, default: ``loss`` averages over a batch's samples, so captured
-        gradients are multiplied by the batch's sample count and every calibration sample weighs the
-        same however the samples are batched; ``"sum"``: gradients are used as they are); method options
-        ``in_map``/``out_map``, ``center``, ``whiten_p``, ``eps``, ``depth_scale`` (Procrustes
-        methods), ``naive_mode`` (naive), ``vote``/``mode`` (gradfix).
+        Any field of :class:`~ftlab.transfer.options.TransferOptions` (``depth_map``, ``seq_align``,
+        ``padding_mask``, ``zero_params``, ``diagnostics``, ``batch_dtype``, ``source_stats``,
+        ``loss_reduction``, ...) and any option of the chosen method (e.g. ``center``, ``whiten_p``,
+        ``in_map``/``out_map`` for the Procrustes methods; ``naive_mode``; ``vote``/``mode`` for
+        gradfix; see :func:`~ftlab.transfer.list_methods`). An unknown option is an error naming it.
 
     Returns
     -------
@@ -282,5 +295,6 @@ def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
     >>> tau_b = transfer(vit_b16, vit_b16_ft, vit_b16_plus, loader, clip_ce_loss)   # doctest: +SKIP
     >>> model = tau_b.apply(vit_b16_plus, alpha=1.0)
     """
-    return fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=method,
-                        depth_map=depth_map, **options).task_vector
+    opts, m = split_options(method, options)
+    return fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=m, options=opts,
+                        source_batches=source_batches, target_batches=target_batches).task_vector

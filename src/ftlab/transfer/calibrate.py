@@ -1,7 +1,7 @@
 """The calibration pass: one forward-backward of both frozen base models per calibration batch.
 
 For every paired capture point (target point ``tp`` <- source point ``sp``) the needed row
-statistics stream into float64 :class:`~ftlab.stats.CrossMoments`; captured tensors are dropped
+statistics stream into float64 :class:`~ftlab.core.stats.CrossMoments`; captured tensors are dropped
 after each batch, so memory does not grow with the calibration size. Models run in eval mode
 with ``requires_grad`` switched on; both are restored afterwards, also on error.
 """
@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ftlab.hooks import Captured, capture
-from ftlab.progress import progress
-from ftlab.stats import CrossMoments
+from ftlab.core.hooks import Captured, capture
+from ftlab.core.progress import progress
+from ftlab.core.stats import CrossMoments
 from ftlab.transfer.align import align_tokens, to_tokens
 from ftlab.transfer.spec import TransportSpec
 
@@ -85,7 +85,7 @@ def _module_names(model: nn.Module, points: Iterable[str]) -> list[str]:
         if tail in ("q", "k", "v", "out_proj") and isinstance(mods.get(head), nn.MultiheadAttention):
             p = head
         if p not in mods:
-            raise KeyError(f"capture point {p!r} is not a module of the model")
+            raise ValueError(f"capture point {p!r} is not a module of the model")
         out.append(p)
     return list(dict.fromkeys(out))
 
@@ -214,7 +214,7 @@ def layer_cka_scores(source: nn.Module, target: nn.Module, stacks: Iterable[str]
 
     Forward passes only (``loss`` runs each model), over the ``(batch_A, batch_B)`` pairs in ``head_pairs``.
     """
-    from ftlab.metrics import linear_cka
+    from ftlab.core.geometry import linear_cka
 
     stacks = list(stacks)
     mods_a, mods_b = dict(source.named_modules()), dict(target.named_modules())
@@ -244,9 +244,7 @@ def layer_cka_scores(source: nn.Module, target: nn.Module, stacks: Iterable[str]
             Y = torch.cat(feats_b[nb]).numpy()
             for i, na in enumerate(la):
                 X = torch.cat(feats_a[na]).numpy()
-                try:
-                    M[j, i] = linear_cka(X, Y)
-                except ValueError:
-                    M[j, i] = 0.0
+                value = linear_cka(X, Y)
+                M[j, i] = 0.0 if np.isnan(value) else value  # a constant block output aligns with nothing
         out[s] = M
     return out

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ftlab.validate import check_finite
+from ftlab.core.validate import check_finite
 
 __all__ = ["DEFAULT_GRID", "search_alpha"]
 

@@ -77,7 +77,7 @@ def save_state_dict(path: str | os.PathLike, state: dict[str, torch.Tensor], *,
     """Atomically write ``state`` as safetensors (tensors are copied, so tied weights are fine)."""
     from safetensors.torch import save
 
-    from ftlab.results import atomic_write_bytes
+    from ftlab.core.results import atomic_write_bytes
 
     data = save({k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}, metadata=metadata)
     return atomic_write_bytes(path, data)

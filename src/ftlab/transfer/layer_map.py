@@ -25,15 +25,18 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 from torch import nn
 
-from ftlab.validate import check_choice, check_int
+from ftlab.core.validate import check_choice, check_int
 
-__all__ = ["DEPTH_RULES", "LayerMap", "Stack", "depth_map", "find_stacks", "monotone_assignment", "build_layer_map"]
+__all__ = ["DEPTH_RULES", "DepthRule", "LayerMap", "Stack", "build_layer_map", "depth_map", "find_stacks",
+           "monotone_assignment"]
 
-DEPTH_RULES = ("nearest_relative", "proportional", "prefix", "cka")
+DepthRule = Literal["nearest_relative", "proportional", "prefix", "cka"]
+DEPTH_RULES: tuple[str, ...] = get_args(DepthRule)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from ftlab.hooks import is_hf_conv1d, is_norm, mha_points
+from ftlab.core.hooks import is_hf_conv1d, is_norm, mha_points
 
 __all__ = ["DEFAULT_ZERO", "Point", "Rule", "TransportSpec", "infer_spec"]
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import nn
 
-from ftlab.validate import check_finite
+from ftlab.core.validate import check_finite
 
 __all__ = ["TaskVector"]
 

@@ -10,7 +10,7 @@ spec §5.5), says which pass found it (``branch = "forward" | "backward"``) and 
 :func:`simulate_curve` measures the same quantity on sampled problems of finite dimension ``D``:
 the exact fine-tuning interpolator (``method="implicit"``: ``argmin Q_k s.t. X beta = y`` with the
 ``k`` of Theorem 4.1, which gradient flow converges to) or A's gradient-flow / gradient-descent
-simulation (``method="flow" | "gd"``), over seeds, through :func:`ftlab.sweep.run_sweep`.
+simulation (``method="flow" | "gd"``), over seeds, through :func:`ftlab.core.sweep.run_sweep`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import asdict
 
 import numpy as np
 
+from ftlab.core.validate import check_choice, check_int, check_nonnegative, check_positive
 from ftlab.dln.replica.expect import MonteCarloExpectation, QuadratureExpectation
 from ftlab.dln.replica.prior import ft_prior, sample_prior_mc
 from ftlab.dln.replica.solver import FixedPoint, solve_damped, solve_point
-from ftlab.validate import check_choice, check_int, check_nonnegative, check_positive
 
 __all__ = ["make_expectation", "solve_curve", "learning_curve", "curve_records", "simulate_point",
            "simulate_curve", "check_alphas", "CURVE_COLUMNS"]
@@ -153,7 +153,7 @@ def curve_records(*, rho_pt: float, rho_ft: float, overlap: float, c: float, lam
                   alphas: list, alpha_pt: float | None = None, pt_magnitude: str = "fixed", a_pt: float = 1.0,
                   noise: float = 0.0, pt_noise: float = 0.0, expectation: str = "quadrature",
                   n_nodes: int = 800, mc: int = 80_000, mc_seed: int = 0) -> list[dict]:
-    """One learning curve as a list of records (a top-level function for :func:`ftlab.sweep.run_sweep`).
+    """One learning curve as a list of records (a top-level function for :func:`ftlab.core.sweep.run_sweep`).
 
     The sweep point's own keys (e.g. ``alphas``) become columns of the sweep's table; records carry
     ``alpha`` and the solver outputs.
@@ -223,7 +223,7 @@ def simulate_curve(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
                    dim: int, seeds, alpha_pt: float | None = None, pt_magnitude: str = "fixed", a_pt: float = 1.0,
                    noise: float = 0.0, pt_noise: float = 0.0, method: str = "implicit", store=None,
                    scheduler=None, workers: int | None = None):
-    """Simulated FT error over ``alphas x seeds`` via :func:`ftlab.sweep.run_sweep`, aggregated per alpha.
+    """Simulated FT error over ``alphas x seeds`` via :func:`ftlab.core.sweep.run_sweep`, aggregated per alpha.
 
     Returns ``(per_alpha, raw)``: per_alpha has alpha, sim_error_mean, sim_error_lo, sim_error_hi
     (Student-t 95% interval of the mean over seeds), sim_error_ci (half-width), n_seeds (finite runs),
@@ -232,7 +232,7 @@ def simulate_curve(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
     """
     from scipy import stats
 
-    from ftlab.sweep import grid, run_sweep
+    from ftlab.core.sweep import grid, run_sweep
 
     alphas = check_alphas(alphas)
     seeds = [int(s) for s in seeds]

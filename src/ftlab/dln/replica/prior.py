@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ftlab.core.validate import check_nonnegative, check_positive, check_range
 from ftlab.dln.replica.expect import Mixture, QuadratureExpectation, normal_rule
 from ftlab.dln.replica.scalar import prox_qk
 from ftlab.dln.replica.solver import FixedPoint, solve_point
-from ftlab.validate import check_nonnegative, check_positive, check_range
 
 __all__ = ["k_from_pt", "PTChannel", "pt_channel", "ft_prior", "single_task_prior", "sample_prior_mc", "GROUPS"]
 

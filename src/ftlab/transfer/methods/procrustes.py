@@ -1,108 +1,134 @@
-"""Procrustes-map methods: BiCo and its one-sided ablations.
+"""Procrustes-map methods: BiCo, the paper's one-sided ablations, and one-signal variants.
 
-All three fit, per capture point, an input map ``R_in`` and an output map ``R_out`` by
-orthogonal Procrustes (:func:`ftlab.transfer.align.fit_map`) and transport
-``tau_B = R_out^T tau_A R_in``. They differ only in the statistics each map is fitted on:
+All of them fit, per capture point, an input map ``R_in`` and an output map ``R_out`` (orthogonal
+Procrustes, :func:`ftlab.transfer.align.fit_map`, or the pad/truncate map where a side is not
+fitted) and transport ``tau_B = R_out^T tau_A R_in``. They differ only in the statistics each map is
+fitted on (:class:`ProcrustesOptions` ``in_map`` / ``out_map``):
 
-======================  ====================  ===================================================
-method                  ``in_map``            ``out_map``
-======================  ====================  ===================================================
-``bico``                ``act`` (inputs)      ``grad`` (dL/d output)  -- Son et al. 2026
-``activation_only``     ``act``               ``act`` (outputs)       -- Theseus-like, Rinaldi et al. 2026
-``gradient_only``       ``grad_in`` (dL/dx)   ``grad``
-======================  ====================  ===================================================
+=====================  ====================  =====================  ==========================================
+method                 ``in_map``            ``out_map``            what it is
+=====================  ====================  =====================  ==========================================
+``bico``               ``act`` (inputs)      ``grad`` (dL/d out)    BiCo (Son et al. 2026, arXiv 2605.28444)
+``bico_input_only``    ``act``               ``naive``              the paper's input-side-only ablation
+``bico_output_only``   ``naive``             ``grad``               the paper's output-side-only ablation
+``activation_only``    ``act``               ``act`` (outputs)      one signal, both sides (Theseus-like,
+                                                                    arXiv 2602.12952); forward passes only
+``gradient_only``      ``grad_in`` (dL/dx)   ``grad``               one signal, both sides (the
+                                                                    ``bico_gradin`` variant of the public
+                                                                    ``apanariello4/merge-and-rebase`` code)
+=====================  ====================  =====================  ==========================================
 
-``gradient_only`` fits ``R_in`` on input-side gradients (the ``bico_gradin`` variant of the
-third-party reimplementation); where no input gradient exists (the input is data) it falls
-back to the pad/truncate map, with a warning. Every method accepts ``in_map``/``out_map``
-overrides (``naive`` included) for the full ablation grid. Embedding inputs (the vocabulary)
-are always mapped by identity; norm layers only use ``R_out``.
+Where no input gradient exists (the input is data) ``gradient_only`` falls back to the pad/truncate
+map, with a warning. Every method accepts ``in_map``/``out_map`` overrides for the full ablation
+grid. Embedding inputs (the vocabulary) are always mapped by identity; norm layers only use
+``R_out``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Literal
+
 import torch
 
+from ftlab.core.validate import check_choice, check_positive, check_range
 from ftlab.transfer.align import MapFit, fit_map, naive_map
-from ftlab.transfer.methods import register
+from ftlab.transfer.methods import Calibration, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
 from ftlab.transfer.task_vector import TaskVector
 from ftlab.transfer.transport import transport
-from ftlab.validate import check_choice, check_positive, check_range
 
-__all__ = ["ProcrustesTransfer"]
+__all__ = ["IN_MAPS", "OUT_MAPS", "ProcrustesOptions", "ProcrustesTransfer"]
 
-IN_MAPS = ("act", "grad_in", "naive")
-OUT_MAPS = ("grad", "act", "naive")
+InMap = Literal["act", "grad_in", "naive"]
+OutMap = Literal["grad", "act", "naive"]
+IN_MAPS: tuple[str, ...] = ("act", "grad_in", "naive")
+OUT_MAPS: tuple[str, ...] = ("grad", "act", "naive")
+
+
+@dataclass(frozen=True)
+class ProcrustesOptions:
+    """Settings of a Procrustes-map method."""
+
+    in_map: InMap = field(default="act", metadata={"help": "statistic of R_in: act (input activations), grad_in "
+                                                            "(input gradients) or naive (pad/truncate)"})
+    out_map: OutMap = field(default="grad", metadata={"help": "statistic of R_out: grad (output gradients), act "
+                                                               "(output activations) or naive"})
+    center: bool = field(default=False, metadata={"help": "centre rows before the cross-covariances [U] (default off)"})
+    whiten_p: float = field(default=0.0, metadata={"help": "partial whitening exponent in [0, 0.5] [U] (0 = off)"})
+    eps: float = field(default=1e-8, metadata={"help": "relative eigenvalue floor for whitening"})
+    depth_scale: float = field(default=1.0, metadata={"help": "multiplies the transported task vector [U]"})
+
+    def __post_init__(self) -> None:
+        check_choice("in_map", self.in_map, IN_MAPS)
+        check_choice("out_map", self.out_map, OUT_MAPS)
+        if not isinstance(self.center, bool):
+            raise ValueError(f"center={self.center!r} is invalid: must be true or false")
+        check_range("whiten_p", self.whiten_p, 0.0, 0.5)
+        check_positive("eps", self.eps)
+        check_positive("depth_scale", self.depth_scale)
 
 
 class ProcrustesTransfer:
-    """Fit ``R_in``/``R_out`` per point from streamed cross-covariances, then transport.
+    """Fit ``R_in``/``R_out`` per point from streamed cross-covariances, then transport (see the module table)."""
 
-    Parameters
-    ----------
-    in_map, out_map:
-        Statistics for each map (see the module table).
-    center:
-        Centre rows before forming cross-covariances (default off [U]).
-    whiten_p:
-        Partial whitening exponent ``p`` in ``[0, 1/2]`` (default 0 = off [U]).
-    eps:
-        Relative eigenvalue floor for whitening.
-    depth_scale:
-        Multiplies the transported task vector (e.g. ``L_A / L_B`` when source layers are reused;
-        default 1 [U]).
-    """
+    calibration: Calibration = "maps"
 
-    calibration = "maps"
-
-    def __init__(self, *, in_map: str = "act", out_map: str = "grad", center: bool = False, whiten_p: float = 0.0,
-                 eps: float = 1e-8, depth_scale: float = 1.0, name: str = "bico"):
-        self.in_map = check_choice("in_map", in_map, IN_MAPS)
-        self.out_map = check_choice("out_map", out_map, OUT_MAPS)
-        self.center = bool(center)
-        self.whiten_p = check_range("whiten_p", whiten_p, 0.0, 0.5)
-        self.eps = check_positive("eps", eps)
-        self.depth_scale = check_positive("depth_scale", depth_scale)
+    def __init__(self, options: ProcrustesOptions | None = None, *, name: str = "bico"):
+        self.options = options if options is not None else ProcrustesOptions()
         self.name = name
         self.problem: TransferProblem | None = None
         self.fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
 
     def requirements(self, point: Point) -> dict[str, str | None]:
         """Which statistic each side of ``point`` needs: ``{"in": ..., "out": ...}`` (``None`` = none)."""
-        inside = None if point.kind in ("embedding", "norm", "norm2d") or self.in_map == "naive" else self.in_map
-        outside = None if self.out_map == "naive" else self.out_map
+        o = self.options
+        inside = None if point.kind in ("embedding", "norm", "norm2d") or o.in_map == "naive" else o.in_map
+        outside = None if o.out_map == "naive" else o.out_map
         return {"in": inside, "out": outside}
 
     @property
-    def needs_second_moments(self) -> bool:
-        return self.whiten_p > 0
+    def needs_loss(self) -> bool:
+        return self.options.in_map == "grad_in" or self.options.out_map == "grad"
 
-    def prepare(self, problem: TransferProblem, stats: dict) -> ProcrustesTransfer:
-        """Fit the maps from ``stats[(target_point, side)]`` (:class:`~ftlab.stats.CrossMoments`); returns self."""
+    @property
+    def needs_second_moments(self) -> bool:
+        return self.options.whiten_p > 0
+
+    def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
+        """Nothing to check before calibration (shapes may differ)."""
+
+    def prepare(self, problem: TransferProblem, stats) -> ProcrustesTransfer:
+        """Fit the maps from ``stats[(target_point, side)]`` (:class:`~ftlab.core.stats.CrossMoments`); returns self."""
+        if problem.pairs is None or problem.target_spec is None:
+            raise ValueError(f"{self.name}: the transfer problem has no paired capture points")
+        o = self.options
         self.problem = problem
         self.fits = {}
         for tp in problem.pairs:
             req = self.requirements(problem.target_spec.points[tp])
             fits: list[MapFit | None] = []
             for side in ("in", "out"):
-                if req[side] is None:
+                src = req[side]
+                if src is None:
                     fits.append(None)
                 else:
-                    fits.append(fit_map(stats[(tp, side)], source=req[side], center=self.center,
-                                        whiten_p=self.whiten_p, eps=self.eps, name=f"{tp} ({side})"))
+                    fits.append(fit_map(stats[(tp, side)], source=src, center=o.center, whiten_p=o.whiten_p, eps=o.eps,
+                                        name=f"{tp} ({side})"))
             self.fits[tp] = (fits[0], fits[1])
         return self
 
     def maps(self) -> dict[str, tuple[torch.Tensor | None, torch.Tensor]]:
         """``{target_point: (R_in, R_out)}`` (float64); naive or identity where a side was not fitted."""
-        if self.problem is None:
+        p = self.problem
+        if p is None or p.pairs is None or p.target_spec is None or p.source_spec is None:
             raise ValueError(f"{self.name}: call prepare() before apply()")
-        out = {}
-        for tp, sp in self.problem.pairs.items():
-            pt_b, pt_a = self.problem.target_spec.points[tp], self.problem.source_spec.points[sp]
+        out: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
+        for tp, sp in p.pairs.items():
+            pt_b, pt_a = p.target_spec.points[tp], p.source_spec.points[sp]
             f_in, f_out = self.fits[tp]
+            R_in: torch.Tensor | None
             if pt_b.kind == "embedding":
                 R_in = None  # the vocabulary is shared: tau_B = tau_A R_out needs no input map (no V x V identity)
             else:
@@ -114,30 +140,33 @@ class ProcrustesTransfer:
     def apply(self, tau_a: TaskVector) -> TaskVector:
         """``tau_B = R_out^T tau_A R_in`` for every target parameter (zeros where the spec says so)."""
         p = self.problem
-        if p is None:
+        if p is None or p.target_spec is None:
             raise ValueError(f"{self.name}: call prepare() before apply()")
         return transport(tau_a, target_spec=p.target_spec, target_shapes=p.target_shapes, layer_map=p.layer_map,
-                         maps=self.maps(), depth_scale=self.depth_scale)
+                         maps=self.maps(), depth_scale=self.options.depth_scale)
 
 
-@register("bico", human_name="BiCo (bilinear coordinate alignment)",
-          description="R_in by Procrustes on input activations, R_out on output gradients; tau_B = R_out^T tau_A R_in",
-          reference="Son, Jung, Park, Baik. Bilinear Coordinate Alignment for Training-Free Task-Vector Transfer. "
-                    "arXiv:2605.28444 (2026)")
-def _bico(**options) -> ProcrustesTransfer:
-    return ProcrustesTransfer(**{"in_map": "act", "out_map": "grad", "name": "bico", **options})
+_BICO = "Son, Jung, Park, Baik. Bilinear Coordinate Alignment for Training-Free Task-Vector Transfer. arXiv:2605.28444"
+_NEEDS_LOSS = "calibration inputs, labels and a loss(model, batch)"
 
-
-@register("activation_only", human_name="Activation-only alignment (Theseus-like)",
-          description="both maps by Procrustes on activations: R_in on inputs, R_out on outputs (forward only)",
-          reference="Rinaldi, Panariello, Salici, Porrello, Calderara. Theseus. arXiv:2602.12952 (ICML 2026)")
-def _activation_only(**options) -> ProcrustesTransfer:
-    return ProcrustesTransfer(**{"in_map": "act", "out_map": "act", "name": "activation_only", **options})
-
-
-@register("gradient_only", human_name="Gradient-only alignment",
-          description="R_out on output gradients, R_in on input-side gradients dL/dx (pad/truncate where none exists)",
-          reference="Ablation of BiCo, arXiv:2605.28444; input-gradient variant as in the third-party "
-                    "merge-and-rebase reimplementation")
-def _gradient_only(**options) -> ProcrustesTransfer:
-    return ProcrustesTransfer(**{"in_map": "grad_in", "out_map": "grad", "name": "gradient_only", **options})
+register("bico", human_name="BiCo (bilinear coordinate alignment)",
+         description="R_in by Procrustes on input activations, R_out on output gradients; tau_B = R_out^T tau_A R_in",
+         reference=_BICO, needs=_NEEDS_LOSS, options=ProcrustesOptions,
+         preset={"in_map": "act", "out_map": "grad"})(ProcrustesTransfer)
+register("bico_input_only", human_name="BiCo ablation: input side only",
+         description="R_in by Procrustes on input activations; output side by the pad/truncate map",
+         reference=f"ablation in {_BICO}", needs="calibration inputs (forward passes only)", options=ProcrustesOptions,
+         preset={"in_map": "act", "out_map": "naive"})(ProcrustesTransfer)
+register("bico_output_only", human_name="BiCo ablation: output side only",
+         description="R_out by Procrustes on output gradients; input side by the pad/truncate map",
+         reference=f"ablation in {_BICO}", needs=_NEEDS_LOSS, options=ProcrustesOptions,
+         preset={"in_map": "naive", "out_map": "grad"})(ProcrustesTransfer)
+register("activation_only", human_name="Activations on both sides (Theseus-like)",
+         description="R_in on input activations and R_out on output activations (forward passes only, no labels)",
+         reference="Rinaldi, Panariello, Salici, Porrello, Calderara. Theseus. arXiv:2602.12952",
+         needs="calibration inputs (forward passes only)", options=ProcrustesOptions,
+         preset={"in_map": "act", "out_map": "act"})(ProcrustesTransfer)
+register("gradient_only", human_name="Gradients on both sides",
+         description="R_out on output gradients, R_in on input gradients dL/dx (pad/truncate where none exists)",
+         reference="the bico_gradin variant of github.com/apanariello4/merge-and-rebase", needs=_NEEDS_LOSS,
+         options=ProcrustesOptions, preset={"in_map": "grad_in", "out_map": "grad"})(ProcrustesTransfer)

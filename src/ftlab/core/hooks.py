@@ -1,0 +1,301 @@
+"""Capture module inputs, outputs and output-gradients with plain PyTorch hooks.
+
+:func:`capture` is a context manager. Inside it, every selected *capture point* records, for
+each call, its input activation and its output tensor; :meth:`Captured.backward` then asks
+autograd for ``dL/d(output)`` (and optionally ``dL/d(input)``) of every recorded call in one
+``torch.autograd.grad`` call -- no weight gradient is formed and no ``.grad`` is touched. All hooks
+(and the temporary attention forward, below) are removed when the block exits, also on error.
+
+Capture points are module names (``"encoder.layer.0.attention.self.query"``). An
+:class:`torch.nn.MultiheadAttention` computes its projections functionally, so hooks on its
+``out_proj`` would never fire; inside :func:`capture` such a module runs an equivalent
+decomposed forward (softmax attention written out) exposing four points ``<name>.q``,
+``<name>.k``, ``<name>.v`` and ``<name>.out_proj``. Its original forward is restored on exit.
+
+Selection (``select``): ``None`` = every supported parameterized module (see
+:data:`SUPPORTED`); a glob string (``"blocks.*.mlp.*"``); a list of exact names (each must
+exist); or a predicate ``f(name, module) -> bool``.
+
+Loud failures instead of silent ones: a recorded output modified in place afterwards (e.g. by
+``ReLU(inplace=True)``) would yield the gradient *after* the nonlinearity, so
+:meth:`Captured.backward` raises naming the point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import math
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = ["SUPPORTED", "Captured", "activations", "capture", "capture_points", "hook_count", "is_norm", "mha_points"]
+
+#: Module types whose inputs/outputs define transfer spaces (plus norm layers, see :func:`is_norm`).
+SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.MultiheadAttention)
+
+_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm)
+_MHA_PARTS = ("q", "k", "v", "out_proj")
+
+
+def is_norm(module: nn.Module) -> bool:
+    """A normalisation layer whose own parameters are 1-D gains/biases over its channels.
+
+    Recognises torch's norm layers and, by class name, Hugging Face ones (``T5LayerNorm``,
+    ``LlamaRMSNorm``, ...).
+    """
+    if isinstance(module, _NORMS):
+        return True
+    name = type(module).__name__
+    own = list(module.parameters(recurse=False))
+    return bool(own) and name.endswith(("LayerNorm", "RMSNorm")) and all(p.ndim == 1 for p in own)
+
+
+def is_hf_conv1d(module: nn.Module) -> bool:
+    """The Hugging Face ``Conv1D`` (GPT-2): a linear layer whose weight is stored ``(in, out)``."""
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf") and getattr(module, "weight", None) is not None
+
+
+def _supported(module: nn.Module) -> bool:
+    return isinstance(module, SUPPORTED) or is_norm(module) or is_hf_conv1d(module)
+
+
+def mha_points(name: str) -> list[str]:
+    """The four capture points of a :class:`~torch.nn.MultiheadAttention` called ``name``."""
+    return [f"{name}.{p}" for p in _MHA_PARTS]
+
+
+def _select(model: nn.Module, select) -> dict[str, nn.Module]:
+    mods = dict(model.named_modules())
+    if select is None:
+        chosen = {n: m for n, m in mods.items() if _supported(m)}
+    elif isinstance(select, str):
+        chosen = {n: m for n, m in mods.items() if fnmatch.fnmatchcase(n, select) and _supported(m)}
+    elif callable(select):
+        chosen = {n: m for n, m in mods.items() if select(n, m)}
+    else:
+        names = list(select)
+        missing = [n for n in names if n not in mods]
+        if missing:
+            raise ValueError(f"select names {missing[:3]} are not modules of the model")
+        chosen = {n: mods[n] for n in names}
+    # modules inside a MultiheadAttention are served by its decomposed forward
+    mha = [n for n, m in chosen.items() if isinstance(m, nn.MultiheadAttention)]
+    return {n: m for n, m in chosen.items() if not any(n.startswith(h + ".") for h in mha)}
+
+
+def capture_points(model: nn.Module, select=None) -> list[str]:
+    """Names of the capture points :func:`capture` would record for ``select`` (MHA expanded)."""
+    out = []
+    for n, m in _select(model, select).items():
+        out.extend(mha_points(n) if isinstance(m, nn.MultiheadAttention) else [n])
+    return out
+
+
+@dataclass
+class Captured:
+    """What a :func:`capture` block recorded, per point, one list entry per call.
+
+    ``inputs[p]`` are the raw input tensors (still attached to the graph), ``outputs[p]`` the
+    outputs; after :meth:`backward`, ``output_grads[p]`` (and ``input_grads[p]`` when asked; ``None``
+    where the input did not require grad) are filled. ``meta[p]`` holds per-point facts such as
+    ``batch_first`` of an attention module.
+    """
+
+    inputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    output_grads: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    input_grads: dict[str, list[torch.Tensor | None]] = field(default_factory=dict)
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+    meta: dict[str, dict] = field(default_factory=dict)
+    _versions: dict[str, list[int]] = field(default_factory=dict)
+    record_inputs: bool = True
+    record_outputs: bool = True
+
+    def _record(self, point: str, inp, out) -> None:
+        if self.record_inputs and isinstance(inp, torch.Tensor):
+            self.inputs.setdefault(point, []).append(inp)
+        if self.record_outputs and isinstance(out, torch.Tensor):
+            self.outputs.setdefault(point, []).append(out)
+            self._versions.setdefault(point, []).append(out._version)
+
+    def clear(self) -> None:
+        """Forget the recorded tensors (call between batches)."""
+        for d in (self.inputs, self.outputs, self.output_grads, self.input_grads, self._versions):
+            d.clear()
+
+    def backward(self, loss: torch.Tensor, *, input_grads: bool = False) -> None:
+        """Fill ``output_grads`` (and ``input_grads``) with ``d loss / d tensor`` for every recorded call.
+
+        Outputs that the loss does not depend on get zero gradients. Raises ``ValueError`` if the
+        loss is not a finite scalar, or if a recorded output was modified in place after it was
+        recorded.
+        """
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ValueError("loss(model, batch) must return a scalar tensor")
+        if not torch.isfinite(loss.detach()).all():
+            raise ValueError(f"loss is not finite ({float(loss.detach())})")
+        targets, keys = [], []
+        for p, outs in self.outputs.items():
+            for i, t in enumerate(outs):
+                if t._version != self._versions[p][i]:
+                    raise ValueError(
+                        f"the output of capture point {p!r} was modified in place after the module ran "
+                        "(e.g. ReLU(inplace=True)); its gradient would be taken after the nonlinearity")
+                if t.requires_grad:
+                    targets.append(t)
+                    keys.append(("out", p, i))
+        if input_grads:
+            for p, ins in self.inputs.items():
+                for i, t in enumerate(ins):
+                    if t.requires_grad and t.is_floating_point():
+                        targets.append(t)
+                        keys.append(("in", p, i))
+        if not loss.requires_grad:
+            raise ValueError("the loss does not require grad: no captured tensor influences it")
+        grads = torch.autograd.grad(loss, targets, allow_unused=True) if targets else []
+        self.output_grads = {p: [None] * len(outs) for p, outs in self.outputs.items()}
+        self.input_grads = {p: [None] * len(ins) for p, ins in self.inputs.items()} if input_grads else {}
+        for (side, p, i), g in zip(keys, grads):
+            (self.output_grads if side == "out" else self.input_grads)[p][i] = g
+        for p, gs in self.output_grads.items():  # outputs the loss does not depend on: zero gradient
+            for i, g in enumerate(gs):
+                if g is None:
+                    gs[i] = torch.zeros_like(self.outputs[p][i])
+
+
+def _mha_forward(cap: Captured, name: str):
+    """A decomposed forward for an ``nn.MultiheadAttention``, numerically equal to torch's."""
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        if self.bias_k is not None or self.add_zero_attn:
+            raise ValueError(f"capture: nn.MultiheadAttention {name!r} uses add_bias_kv/add_zero_attn, which is unsupported")
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if not self.batch_first:  # to (B, T, E)
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        E, H = self.embed_dim, self.num_heads
+        hd = E // H
+        if self._qkv_same_embed_dim:
+            wq, wk, wv = self.in_proj_weight.chunk(3)
+        else:
+            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        bq, bk, bv = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
+        q, k, v = F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        for part, inp, out in (("q", query, q), ("k", key, k), ("v", value, v)):
+            cap._record(f"{name}.{part}", inp, out)
+        B, T, S = q.shape[0], q.shape[1], k.shape[1]
+        qh = q.reshape(B, T, H, hd).transpose(1, 2)
+        kh = k.reshape(B, S, H, hd).transpose(1, 2)
+        vh = v.reshape(B, S, H, hd).transpose(1, 2)
+        scores = qh @ kh.transpose(-2, -1) / math.sqrt(hd)
+        if attn_mask is None and is_causal:
+            attn_mask = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
+        for m, shape in ((attn_mask, None), (key_padding_mask, (B, 1, 1, S))):
+            if m is None:
+                continue
+            if shape is None:
+                m = m.reshape(B, H, T, S) if m.dim() == 3 else m
+            else:
+                m = m.reshape(shape)
+            scores = scores.masked_fill(m, float("-inf")) if m.dtype == torch.bool else scores + m.to(scores.dtype)
+        attn = torch.softmax(scores, dim=-1)
+        if self.training and self.dropout > 0:
+            attn = F.dropout(attn, p=self.dropout)
+        o = (attn @ vh).transpose(1, 2).reshape(B, T, E)
+        out = F.linear(o, self.out_proj.weight, self.out_proj.bias)
+        cap._record(f"{name}.out_proj", o, out)
+        if not self.batch_first:
+            out = out.transpose(0, 1)
+        if unbatched:
+            out = out.squeeze(1)
+        weights = None
+        if need_weights:
+            weights = attn.mean(1) if average_attn_weights else attn
+            if unbatched:
+                weights = weights.squeeze(0)
+        return out, weights
+
+    return forward
+
+
+@contextlib.contextmanager
+def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool = True) -> Iterator[Captured]:
+    """Record inputs and outputs of the selected points of ``model`` while the block runs.
+
+    Examples
+    --------
+    >>> with capture(model, "blocks.*.mlp.fc1") as cap:           # doctest: +SKIP
+    ...     loss = loss_fn(model, batch)
+    ...     cap.backward(loss)
+    ...     g = cap.output_grads["blocks.0.mlp.fc1"][0]            # dL/d(fc1 output)
+
+    Hooks are removed and patched forwards restored when the block exits, even if it raises.
+    """
+    cap = Captured(record_inputs=inputs, record_outputs=outputs)
+    handles = []
+    patched: list[nn.Module] = []
+    try:
+        for name, mod in _select(model, select).items():
+            if isinstance(mod, nn.MultiheadAttention):
+                for p in mha_points(name):
+                    cap.modules[p] = mod
+                    cap.meta[p] = {"batch_first": True}
+                mod.forward = types.MethodType(_mha_forward(cap, name), mod)
+                patched.append(mod)
+                continue
+            cap.modules[name] = mod
+            cap.meta[name] = {}
+
+            def hook(module, args, kwargs, output, _name=name):
+                inp = args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+                out = output[0] if isinstance(output, (tuple, list)) else output
+                cap._record(_name, inp, out)
+
+            handles.append(mod.register_forward_hook(hook, with_kwargs=True))
+        yield cap
+    finally:
+        for h in handles:
+            h.remove()
+        for mod in patched:
+            del mod.forward  # the instance attribute; the class's forward is visible again
+
+
+@torch.no_grad()
+def activations(model: nn.Module, X: torch.Tensor, layers, *, batch_size: int = 500) -> dict[str, np.ndarray]:
+    """Outputs of the named modules on ``X`` (eval mode), flattened to float64 ``(n, features)``.
+
+    ``layers`` is a list of module names (each must exist). Runs ``X`` in batches of ``batch_size``
+    rows through :func:`capture`; the model's training flag is restored afterwards.
+    """
+    layers = list(layers)
+    n = int(X.shape[0])
+    was_training = model.training
+    model.eval()
+    try:
+        with capture(model, layers, inputs=False) as cap:
+            for i in range(0, n, batch_size):
+                model(X[i:i + batch_size])
+            return {name: torch.cat([t.detach() for t in cap.outputs.get(name, [])]).reshape(n, -1).double().numpy()
+                    for name in layers}
+    finally:
+        model.train(was_training)
+
+
+def hook_count(model: nn.Module) -> int:
+    """Number of forward hooks and patched forwards left on ``model`` (0 outside :func:`capture`)."""
+    n = 0
+    for m in model.modules():
+        n += len(m._forward_hooks) + len(m._forward_pre_hooks) + ("forward" in m.__dict__)
+    return n
+

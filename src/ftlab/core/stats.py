@@ -1,0 +1,274 @@
+"""Streaming float64 moment and cross-covariance accumulators (mergeable).
+
+A *fitter* sees data batch by batch and never keeps the rows: :class:`Moments` accumulates the
+count, the column sums and (optionally) the Gram matrix ``sum_n x_n x_n^T`` of one stream of rows
+``x_n in R^p``; :class:`CrossMoments` does the same for two row-aligned streams ``(a_n, b_n)``,
+``a_n in R^p``, ``b_n in R^q``, adding the cross-product ``sum_n a_n b_n^T`` (``p x q``).
+Memory is ``O(p q)`` (plus ``O(p^2 + q^2)`` with second moments), independent of the number of
+rows. Two accumulators over disjoint data merge exactly (``merge``), so statistics can be gathered
+in parallel.
+
+Sums are held in float64. How each batch product is formed (``batch_dtype``):
+
+* ``None`` (default): float64 data are multiplied in float64 straight into the float64 sums, so
+  streaming equals a one-shot float64 computation up to summation order; float32 (or lower) data
+  are multiplied in float32 into a float32 buffer that is flushed into the float64 sums every
+  ``flush_rows`` rows (default 8192) and before any read. This is about 3x faster on CPU than
+  converting every batch product, at the cost of one float32 buffer per product and a float32
+  rounding error of a single ``flush_rows``-row product.
+* ``torch.float64``: rows are converted and multiplied in float64 (exact float64 streaming).
+
+With ``kernel=True`` the accumulators also hold the row-norm sums that the unbiased HSIC estimator
+of Song et al. (2012) needs (``sum_n |x_n|^2 x_n``, ``sum_n |x_n|^2``, ``sum_n |x_n|^4`` and, for a
+pair, ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n``, ``sum_n |a_n|^2 |b_n|^2``).
+
+This is ftlab's one streaming-moments implementation: :mod:`ftlab.transfer` fits its Procrustes maps
+on the cross-covariances, and :mod:`ftlab.core.geometry` computes PR, ENSD and linear CKA from the same
+sums (:class:`~ftlab.core.geometry.GeometryAccumulator`, :func:`~ftlab.core.geometry.cka_from_moments`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["Moments", "CrossMoments"]
+
+
+class _Product:
+    """``sum_n a_n b_n^T`` in float64, with an optional float32 staging buffer (see the module docstring).
+
+    Buffers are allocated by the first product (no separate zero fill).
+    """
+
+    def __init__(self, p: int, q: int, batch_dtype: torch.dtype | None, flush_rows: int):
+        self.shape = (p, q)
+        self.batch_dtype = batch_dtype
+        self.flush_rows = flush_rows
+        self._total: torch.Tensor | None = None
+        self._stage: torch.Tensor | None = None
+        self._staged = 0
+
+    def _add_total(self, m: torch.Tensor) -> None:
+        if self._total is None:
+            self._total = m.to(torch.float64) if m.dtype != torch.float64 else m
+        else:
+            self._total += m
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        if self.batch_dtype is None and a.dtype != torch.float64 and b.dtype != torch.float64:
+            a32, b32 = a.to(torch.float32), b.to(torch.float32)
+            if self._stage is None:
+                self._stage = a32.T @ b32
+            else:
+                self._stage.addmm_(a32.T, b32)
+            self._staged += a.shape[0]
+            if self._staged >= self.flush_rows:
+                self.flush()
+            return
+        dt = self.batch_dtype or torch.float64
+        a, b = a.to(dt), b.to(dt)
+        if dt == torch.float64 and self._total is not None:
+            self._total.addmm_(a.T, b)
+        else:
+            self._add_total(a.T @ b)
+
+    def flush(self) -> torch.Tensor:
+        if self._stage is not None:
+            self._add_total(self._stage)
+            self._stage, self._staged = None, 0
+        if self._total is None:
+            self._total = torch.zeros(self.shape, dtype=torch.float64)
+        return self._total
+
+    def merge(self, other: _Product) -> None:
+        self.flush()
+        self._total += other.flush()
+
+
+def _as_rows(x, dim: int, name: str) -> torch.Tensor:
+    x = torch.as_tensor(x)
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise ValueError(f"{name} has shape {tuple(x.shape)}: expected (n_rows, {dim})")
+    return x.detach()
+
+
+class Moments:
+    """Streaming count, column sums and (optionally) Gram matrix of rows ``x_n in R^dim``.
+
+    Parameters
+    ----------
+    dim:
+        Number of columns ``p``.
+    second:
+        Also accumulate ``sum_n x_n x_n^T`` (``p x p``); needed for centering-aware Grams,
+        whitening and CKA.
+    batch_dtype, flush_rows:
+        How batch products are formed (see the module docstring).
+    """
+
+    def __init__(self, dim: int, *, second: bool = False, kernel: bool = False, batch_dtype: torch.dtype | None = None,
+                 flush_rows: int = 8192):
+        if dim < 1:
+            raise ValueError(f"dim={dim} is out of range: must be an integer >= 1")
+        if kernel and not second:
+            raise ValueError("kernel=True needs second=True (the unbiased HSIC also needs the Gram matrix)")
+        self.dim = int(dim)
+        self.n = 0
+        self._sum: torch.Tensor | None = None  # allocated on the data's device by the first update
+        self._gram = _Product(dim, dim, batch_dtype, flush_rows) if second else None
+        self.kernel = bool(kernel)
+        #: with ``kernel``: ``sum_n |x_n|^2 x_n`` ``(dim,)``, ``sum_n |x_n|^2`` and ``sum_n |x_n|^4`` (float64)
+        self.sq_weighted_sum = torch.zeros(self.dim, dtype=torch.float64) if kernel else None
+        self.sq_sum = 0.0
+        self.sq_sq_sum = 0.0
+
+    def _row_norms(self, x: torch.Tensor) -> torch.Tensor:
+        x64 = x.to(torch.float64)
+        return (x64 * x64).sum(1)
+
+    @property
+    def sum(self) -> torch.Tensor:
+        """Column sums (float64, ``(dim,)``)."""
+        if self._sum is None:
+            self._sum = torch.zeros(self.dim, dtype=torch.float64)
+        return self._sum
+
+    @property
+    def gram(self) -> torch.Tensor | None:
+        """``sum_n x_n x_n^T`` (float64) or None without second moments."""
+        return None if self._gram is None else self._gram.flush()
+
+    def update(self, x) -> Moments:
+        """Add the rows of ``x`` (``(n_rows, dim)``); returns ``self``."""
+        x = _as_rows(x, self.dim, "x")
+        self.n += x.shape[0]
+        s = x.sum(0, dtype=torch.float64)
+        if self._sum is None:
+            self._sum = s
+        else:
+            self._sum += s
+        if self._gram is not None:
+            self._gram.add(x, x)
+        if self.kernel:
+            a = self._row_norms(x)
+            self.sq_weighted_sum = self.sq_weighted_sum.to(a.device) + a @ x.to(torch.float64)
+            self.sq_sum += float(a.sum())
+            self.sq_sq_sum += float(a @ a)
+        return self
+
+    def merge(self, other: Moments) -> Moments:
+        """Add the statistics of ``other`` (same ``dim``, gathered on other rows); returns ``self``."""
+        if other.dim != self.dim or (other._gram is None) != (self._gram is None) or other.kernel != self.kernel:
+            raise ValueError("cannot merge Moments with a different dim, second-moment or kernel setting")
+        self.n += other.n
+        self._sum = self.sum + other.sum
+        if self._gram is not None and other._gram is not None:
+            self._gram.merge(other._gram)
+        if self.kernel:
+            self.sq_weighted_sum = self.sq_weighted_sum + other.sq_weighted_sum
+            self.sq_sum += other.sq_sum
+            self.sq_sq_sum += other.sq_sq_sum
+        return self
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Column means (float64, ``(dim,)``)."""
+        return self.sum / max(self.n, 1)
+
+    def scatter(self, *, center: bool = False) -> torch.Tensor:
+        """``X^T X`` or, with ``center``, ``X_c^T X_c`` (float64, ``(dim, dim)``)."""
+        if self.gram is None:
+            raise ValueError("second moments were not accumulated (construct with second=True)")
+        if not center:
+            return self.gram.clone()
+        return self.gram - self.n * torch.outer(self.mean, self.mean)
+
+
+class CrossMoments:
+    """Streaming statistics of two row-aligned streams ``a_n in R^dim_a`` and ``b_n in R^dim_b``.
+
+    Always holds the count, both column sums and the cross product ``A^T B`` (``dim_a x dim_b``,
+    float64). With ``second=True`` it also holds ``A^T A`` and ``B^T B``, which enable partial
+    whitening, the alignment residual ``||A R - B||_F`` and linear CKA
+    (:func:`ftlab.core.geometry.cka_from_moments`); ``kernel=True`` adds the row-norm sums of the
+    unbiased CKA (see the module docstring).
+    """
+
+    def __init__(self, dim_a: int, dim_b: int, *, second: bool = False, kernel: bool = False,
+                 batch_dtype: torch.dtype | None = None, flush_rows: int = 8192):
+        self.a = Moments(dim_a, second=second, kernel=kernel, batch_dtype=batch_dtype, flush_rows=flush_rows)
+        self.b = Moments(dim_b, second=second, kernel=kernel, batch_dtype=batch_dtype, flush_rows=flush_rows)
+        self._cross = _Product(dim_a, dim_b, batch_dtype, flush_rows)
+        self.kernel = bool(kernel)
+        #: with ``kernel``: ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n`` and ``sum_n |a_n|^2 |b_n|^2``
+        self.b_sq_weighted_a = torch.zeros(self.a.dim, dtype=torch.float64) if kernel else None
+        self.a_sq_weighted_b = torch.zeros(self.b.dim, dtype=torch.float64) if kernel else None
+        self.ab_sq_sum = 0.0
+
+    @property
+    def cross(self) -> torch.Tensor:
+        """``sum_n a_n b_n^T`` (float64, ``(dim_a, dim_b)``)."""
+        return self._cross.flush()
+
+    @property
+    def n(self) -> int:
+        """Number of row pairs seen."""
+        return self.a.n
+
+    @property
+    def second(self) -> bool:
+        return self.a._gram is not None
+
+    def update(self, a, b) -> CrossMoments:
+        """Add row-aligned batches ``a`` (``(n, dim_a)``) and ``b`` (``(n, dim_b)``); returns ``self``."""
+        a = _as_rows(a, self.a.dim, "a")
+        b = _as_rows(b, self.b.dim, "b")
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(f"a has {a.shape[0]} rows but b has {b.shape[0]}: rows must be aligned one to one")
+        self.a.update(a)
+        self.b.update(b)
+        self._cross.add(a, b)
+        if self.kernel:
+            na, nb = self.a._row_norms(a), self.b._row_norms(b)
+            self.b_sq_weighted_a = self.b_sq_weighted_a.to(na.device) + nb @ a.to(torch.float64)
+            self.a_sq_weighted_b = self.a_sq_weighted_b.to(na.device) + na @ b.to(torch.float64)
+            self.ab_sq_sum += float(na @ nb)
+        return self
+
+    def merge(self, other: CrossMoments) -> CrossMoments:
+        """Add the statistics of ``other`` (same shapes); returns ``self``."""
+        if other.cross.shape != self.cross.shape or other.kernel != self.kernel:
+            raise ValueError(f"cannot merge CrossMoments of shape {tuple(other.cross.shape)} (kernel={other.kernel}) "
+                             f"into {tuple(self.cross.shape)} (kernel={self.kernel})")
+        self.a.merge(other.a)
+        self.b.merge(other.b)
+        self._cross.merge(other._cross)
+        if self.kernel:
+            self.b_sq_weighted_a = self.b_sq_weighted_a + other.b_sq_weighted_a
+            self.a_sq_weighted_b = self.a_sq_weighted_b + other.a_sq_weighted_b
+            self.ab_sq_sum += other.ab_sq_sum
+        return self
+
+    def covariance(self, *, center: bool = False) -> torch.Tensor:
+        """``A^T B`` or, with ``center``, ``A_c^T B_c`` (float64, ``(dim_a, dim_b)``)."""
+        if not center:
+            return self.cross.clone()
+        return self.cross - self.n * torch.outer(self.a.mean, self.b.mean)
+
+    def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
+        """Relative misfit ``||A R - B||_F / ||B||_F`` of a map ``R`` (``dim_a x dim_b``), from the sums.
+
+        Uses ``||A R - B||^2 = tr(R^T A^T A R) - 2 tr(R^T A^T B) + tr(B^T B)``. NaN without
+        second moments or when ``B`` is zero.
+        """
+        if not self.second:
+            return math.nan
+        saa, sbb, sab = self.a.scatter(center=center), self.b.scatter(center=center), self.covariance(center=center)
+        R = R.to(device=saa.device, dtype=torch.float64)
+        bb = float(torch.trace(sbb))
+        if bb <= 0:
+            return math.nan
+        sq = float(torch.sum(R * (saa @ R))) - 2.0 * float(torch.sum(R * sab)) + bb
+        return math.sqrt(max(sq, 0.0) / bb)

@@ -1,0 +1,140 @@
+"""l-order, pretraining dependence (PD) and the regimes I-IV of fine-tuning (spec §4).
+
+For one coordinate with FT geometry ``k = k(|beta_PT|)`` (:func:`ftlab.dln.bias.k_from_pt`),
+Anguita et al. 2026 (arXiv 2602.20062) define the local log-log slopes of the FT penalty:
+
+    l-order  l  = d log q_k(beta_FT) / d log |beta_FT|      (beta_PT fixed)
+    PD          = d log q_k(beta_FT) / d log |beta_PT|      (beta_FT fixed)
+
+Closed forms with ``t = 2 |beta_FT| / sqrt(k)``:
+
+    l = t asinh(t) / (1 - sqrt(1 + t^2) + t asinh(t))                       in [1, 2]
+    m = d log sqrt(k) / d log |beta_PT|
+      = 2(1+lam) b^2/sqrt(c^2+b^2) / (2(1+lam)(c + sqrt(c^2+b^2)) + gamma^2)   in [0, 1),  b = |beta_PT|
+    PD = (1 - l) m  in [-1, 0],     l + PD = m + (1 - m) l  in [1, 2].
+
+l = 1 is l1-like (rich, sparse), l = 2 is l2-like (lazy); PD = -1 means the penalty on a coordinate
+falls in inverse proportion to |beta_PT| (fully PT-dependent), PD = 0 that PT is irrelevant.
+
+Regimes (paper's table; the numeric thresholds are ftlab's convention [U], options of
+:func:`regime`): I rich & PT-independent (1, 0); II lazy & PT-dependent (2, -1); III lazy &
+PT-independent (2, 0); IV rich & PT-dependent (intermediate). A setting is *rich* when
+``l < l_split`` (default 1.5, the midpoint) and *PT-dependent* when ``PD < pd_split`` (default
+-0.1). With the draft-figure settings (c = 1e-3, |beta_PT| = |beta_FT| = 1) these give
+II (lam 0, gamma 0): l = 1.89, PD = -0.88; IV (lam -0.99): l = 1.23, PD = -0.23;
+I (lam -0.999999, gamma 1e-6): l = 1.07, PD = -0.07; III (gamma 10): l = 2.00, PD = -0.02.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ftlab.core.validate import check_finite
+from ftlab.dln.bias import c_ft_from_pt, check_scales
+
+__all__ = ["Metrics", "l_order_of_t", "l_order", "pt_sensitivity", "pretraining_dependence", "regime", "metrics", "REGIMES",
+           "REGIME_CORNERS", "CORNER_C"]
+
+#: (lam, gamma) of each regime's corner at c_PT = CORNER_C: the settings of the authors' draft
+#: ``figure4.py`` (spec §4.2) [U] -- one definition shared by the advisor and the report sections.
+CORNER_C = 1e-3
+REGIME_CORNERS: dict[str, tuple[float, float]] = {
+    "I": (-0.999999, 1e-6),
+    "II": (0.0, 0.0),
+    "III": (0.0, 10.0),
+    "IV": (-0.99, 0.0),
+}
+
+REGIMES = {
+    "I": "rich, PT-independent (l1)",
+    "II": "lazy, PT-dependent (weighted l2)",
+    "III": "lazy, PT-independent (l2)",
+    "IV": "rich, PT-dependent (reuse and refine)",
+}
+
+
+def l_order_of_t(t) -> np.ndarray:
+    """``l(t) = t asinh t / (1 - sqrt(1+t^2) + t asinh t)`` for ``t >= 0``; l(0) = 2, l(inf) = 1.
+
+    Evaluated as ``asinh t / (asinh t - t/(1 + sqrt(1+t^2)))``, and as ``2 - t^2/6`` for t < 1e-4.
+    """
+    t = np.abs(np.asarray(t, dtype=np.float64))
+    big = t > 1.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = 1.0 / np.where(big, t, 1.0)
+        # t / (1 + sqrt(1 + t^2)), written so that neither huge nor tiny t loses precision
+        frac = np.where(big, 1.0 / (inv + np.hypot(inv, 1.0)), t / (1.0 + np.hypot(1.0, t)))
+        ash = np.arcsinh(t)
+        out = ash / (ash - frac)
+    out = np.where(t < 1e-4, 2.0 - t * t / 6.0, out)  # series; the ratio loses digits for tiny t
+    return np.where(np.isinf(t), 1.0, out)
+
+
+def _sqrt_k(beta_pt, c, lam, gamma):
+    return 2.0 * c_ft_from_pt(np.abs(beta_pt), c=c, lam=lam, gamma=gamma)
+
+
+def l_order(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
+    """l-order at ``|beta_FT|`` for a coordinate pretrained to ``beta_PT`` (arrays broadcast)."""
+    b_ft = np.abs(np.asarray(check_finite("beta_ft", beta_ft), dtype=np.float64))
+    sk = _sqrt_k(beta_pt, c, lam, gamma)
+    with np.errstate(divide="ignore"):
+        t = np.where(sk > 0, 2.0 * b_ft / np.where(sk > 0, sk, 1.0), np.where(b_ft > 0, np.inf, 0.0))
+    return l_order_of_t(t)
+
+
+def pt_sensitivity(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
+    """``m = d log sqrt(k) / d log |beta_PT|`` in [0, 1) (at lam = -1, gamma = 0: its lam -> -1 limit)."""
+    c, lam, gamma = check_scales(c=c, lam=lam, gamma=gamma)
+    b = np.abs(np.asarray(check_finite("beta_pt", beta_pt), dtype=np.float64))
+    h = np.hypot(c, b)
+    num = 2.0 * (1.0 + lam) * b**2 / h
+    den = 2.0 * (1.0 + lam) * (c + h) + gamma**2
+    limit = b**2 / (h * (c + h))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), limit)
+
+
+def pretraining_dependence(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
+    """Pretraining dependence ``PD = (1 - l) m`` in [-1, 0]."""
+    return (1.0 - l_order(beta_ft, beta_pt, c=c, lam=lam, gamma=gamma)) * pt_sensitivity(beta_pt, c=c, lam=lam, gamma=gamma)
+
+
+def regime(l, pd_value, *, l_split: float = 1.5, pd_split: float = -0.1) -> np.ndarray:
+    """Regime label(s) ``"I"``-``"IV"`` from (l, PD); thresholds are ftlab's convention [U] (module docstring)."""
+    l = np.asarray(l, dtype=np.float64)
+    p = np.asarray(pd_value, dtype=np.float64)
+    rich = l < l_split
+    dep = p < pd_split
+    out = np.where(rich, np.where(dep, "IV", "I"), np.where(dep, "II", "III"))
+    return out if out.ndim else out.item()
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Per-setting metrics (arrays broadcast from the inputs, or floats/str for scalar inputs)."""
+
+    l_order: np.ndarray
+    m: np.ndarray
+    pd: np.ndarray
+    l_plus_pd: np.ndarray
+    k: np.ndarray
+    regime: np.ndarray
+
+
+def metrics(*, beta_pt, beta_ft, c, lam, gamma, l_split: float = 1.5,
+            pd_split: float = -0.1) -> Metrics:
+    """l-order, m, PD, l + PD, k and the regime; every argument may be an array (they broadcast)."""
+    lo = l_order(beta_ft, beta_pt, c=c, lam=lam, gamma=gamma)
+    m = pt_sensitivity(beta_pt, c=c, lam=lam, gamma=gamma)
+    p = (1.0 - lo) * m
+    k = _sqrt_k(beta_pt, c, lam, gamma) ** 2
+    reg = regime(lo, p, l_split=l_split, pd_split=pd_split)
+
+    def out(a):
+        a = np.asarray(a)
+        return a.item() if a.ndim == 0 else a
+
+    return Metrics(out(lo), out(m), out(p), out(lo + p), out(k), reg)

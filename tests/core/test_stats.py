@@ -1,0 +1,123 @@
+"""Streaming float64 accumulators equal one-shot computations; merging is exact; CKA and residuals agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ftlab.core.stats import CrossMoments, Moments
+
+
+def data(n=200, p=7, q=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, p, generator=g, dtype=torch.float64) + 0.5
+    mix = torch.randn(q, q, generator=g, dtype=torch.float64)
+    B = A[:, :q] @ mix + 0.3 * torch.randn(n, q, generator=g, dtype=torch.float64)
+    return A, B
+
+
+@pytest.mark.parametrize("splits", [[200], [1, 99, 100], [13] * 15 + [5]])
+def test_streaming_equals_one_shot(splits):
+    A, B = data()
+    cm = CrossMoments(7, 5, second=True)
+    i = 0
+    for s in splits:
+        cm.update(A[i:i + s], B[i:i + s])
+        i += s
+    assert cm.n == 200
+    torch.testing.assert_close(cm.covariance(), A.T @ B, rtol=1e-12, atol=1e-12)
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    torch.testing.assert_close(cm.covariance(center=True), Ac.T @ Bc, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(cm.a.scatter(center=True), Ac.T @ Ac, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(cm.b.scatter(), B.T @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_merge_equals_whole():
+    A, B = data()
+    whole = CrossMoments(7, 5, second=True).update(A, B)
+    left = CrossMoments(7, 5, second=True).update(A[:77], B[:77])
+    right = CrossMoments(7, 5, second=True).update(A[77:], B[77:])
+    left.merge(right)
+    torch.testing.assert_close(left.cross, whole.cross, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(left.a.gram, whole.a.gram, rtol=1e-12, atol=1e-12)
+    assert left.n == whole.n
+    with pytest.raises(ValueError):
+        left.merge(CrossMoments(7, 4))
+
+
+def test_float32_batches_are_close_to_float64():
+    A, B = data(seed=1)
+    exact = CrossMoments(7, 5).update(A, B)
+    fast = CrossMoments(7, 5, batch_dtype=torch.float32)
+    for i in range(0, 200, 50):
+        fast.update(A[i:i + 50].float(), B[i:i + 50].float())
+    rel = torch.linalg.norm(fast.cross - exact.cross) / torch.linalg.norm(exact.cross)
+    assert 0 < rel < 1e-5
+
+
+def test_residual_matches_direct():
+    A, B = data(seed=2)
+    cm = CrossMoments(7, 5, second=True).update(A, B)
+    R = torch.linalg.qr(torch.randn(7, 5, dtype=torch.float64))[0]
+    direct = float(torch.linalg.norm(A @ R - B) / torch.linalg.norm(B))
+    assert cm.residual(R) == pytest.approx(direct, rel=1e-9)
+    assert np.isnan(CrossMoments(7, 5).update(A, B).residual(R))  # no second moments: NaN, not a wrong number
+
+
+def test_moments_mean_and_bad_shapes():
+    x = torch.arange(12.0).reshape(4, 3)
+    m = Moments(3).update(x[:1]).update(x[1:])
+    torch.testing.assert_close(m.mean, x.double().mean(0))
+    with pytest.raises(ValueError, match="expected"):
+        m.update(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="second"):
+        m.scatter()
+    with pytest.raises(ValueError, match="aligned"):
+        CrossMoments(3, 3).update(torch.zeros(2, 3), torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("flush_rows", [1, 50, 10_000])
+def test_float32_staging_buffer_flushes_exactly_once(flush_rows):
+    """float32 data: products staged in float32 and flushed into float64; reading mid-stream flushes too."""
+    A, B = data(seed=3)
+    exact = CrossMoments(7, 5, second=True, batch_dtype=torch.float64).update(A, B)
+    staged = CrossMoments(7, 5, second=True, flush_rows=flush_rows)
+    for i in range(0, 200, 40):
+        staged.update(A[i:i + 40].float(), B[i:i + 40].float())
+        if i == 80:
+            _ = staged.cross  # a read in the middle must not lose or double-count staged rows
+    for got, ref in ((staged.cross, exact.cross), (staged.a.gram, exact.a.gram), (staged.b.gram, exact.b.gram)):
+        assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 1e-5
+    merged = CrossMoments(7, 5, flush_rows=flush_rows).update(A[:100].float(), B[:100].float())
+    merged.merge(CrossMoments(7, 5, flush_rows=flush_rows).update(A[100:].float(), B[100:].float()))
+    assert float(torch.linalg.norm(merged.cross - exact.cross) / torch.linalg.norm(exact.cross)) < 1e-5
+
+
+def test_cka_after_a_map_matches_direct_computation():
+    from ftlab.core.geometry import cka_from_moments, linear_cka
+
+    A, B = data(seed=4)
+    cm = CrossMoments(7, 5, second=True).update(A, B)
+    R = torch.linalg.qr(torch.randn(7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))[0]
+    assert cka_from_moments(cm, R) == pytest.approx(linear_cka((A @ R).numpy(), B.numpy()), rel=1e-9)
+    Q = torch.linalg.qr(torch.randn(7, 7, dtype=torch.float64))[0]
+    sq = CrossMoments(7, 7, second=True).update(A, A @ Q)
+    assert cka_from_moments(sq, Q) == pytest.approx(cka_from_moments(sq), rel=1e-12)  # invariant to orthogonal maps
+
+
+def test_kernel_sums_stream_and_merge_exactly():
+    A, B = data(seed=5)
+    one = CrossMoments(7, 5, second=True, kernel=True, batch_dtype=torch.float64).update(A, B)
+    parts = [CrossMoments(7, 5, second=True, kernel=True, batch_dtype=torch.float64).update(A[i:i + 9], B[i:i + 9])
+             for i in range(0, A.shape[0], 9)]
+    merged = parts[0]
+    for p in parts[1:]:
+        merged.merge(p)
+    a2, b2 = (A.double() ** 2).sum(1), (B.double() ** 2).sum(1)
+    torch.testing.assert_close(one.b_sq_weighted_a, b2 @ A.double())
+    torch.testing.assert_close(merged.a_sq_weighted_b, a2 @ B.double())
+    assert merged.ab_sq_sum == pytest.approx(float(a2 @ b2), rel=1e-12) == one.ab_sq_sum
+    assert merged.a.sq_sq_sum == pytest.approx(float(a2 @ a2), rel=1e-12)
+    with pytest.raises(ValueError, match="kernel"):
+        one.merge(CrossMoments(7, 5, second=True))
