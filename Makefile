@@ -1,4 +1,4 @@
-# Two entry points: `make reproduce` (the reproduction report) and `make test` (lint + tests).
+# Two entry points: `make reproduce` (the reproduction report) and `make test` (ruff, mypy, tests).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -30,6 +30,7 @@ reproduce-full: data
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 # pytest exits 5 when it collects no test: reported as its own failure, never as a pass.
 test: $(STAMP) lint
@@ -43,4 +44,4 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) results .pytest_cache .ruff_cache
+	rm -rf $(VENV) results .pytest_cache .ruff_cache .mypy_cache

@@ -1,9 +1,13 @@
 """Entry point of the ``ftlab`` command.
 
 Command groups live in their own modules and are imported only when used, so ``ftlab theory``
-never imports torch. Errors from bad input (``ValueError``, missing files, unreadable
-checkpoints) are printed as one line on stderr with exit status 2 -- no traceback; set
-``FTLAB_DEBUG=1`` to see it.
+never imports torch.
+
+Exit statuses: 0 success; 2 an expected user error -- bad input (``ValueError``), a missing,
+unreadable or unwritable file or folder, a full disk (``OSError``), a run too large for the machine
+(``MemoryError``) -- printed as one line on stderr; 130 interrupted (Ctrl-C; finished points of a
+sweep are kept); 1 anything else, which is a bug in ftlab: one line "internal error" (``-v`` or
+``FTLAB_DEBUG=1`` prints the traceback).
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 
 import click
 
 from ftlab import __version__
 from ftlab.core.progress import set_quiet
+
+_VERBOSE = 0
 
 # name -> "module:attribute" of a click command or group
 COMMANDS = {
@@ -71,21 +78,29 @@ def cli(quiet: bool, verbose: int) -> None:
 
     Run `ftlab COMMAND --help` for each command's options.
     """
+    global _VERBOSE
+    _VERBOSE = verbose
     set_quiet(quiet)
     level = logging.WARNING if verbose == 0 else (logging.INFO if verbose == 1 else logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else ""
+        return f"{exc.strerror}: {where}" if where else exc.strerror
+    if isinstance(exc, MemoryError):
+        return f"out of memory{': ' + str(exc) if str(exc) else ''} (reduce the size of the run)"
     msg = str(exc).strip().splitlines()
-    text = msg[0] if msg else exc.__class__.__name__
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) and exc.filename and not msg[1:]:
-        text = f"{exc.strerror or exc.__class__.__name__}: {exc.filename}" if exc.strerror else text
-    return text
+    return msg[0] if msg else exc.__class__.__name__
+
+
+#: Exceptions that mean "the user's input or machine is at fault", not ftlab: exit 2, one line.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, MemoryError)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; bad input exits 2 with a one-line message on stderr."""
+    """Run the CLI; user errors exit 2 with one line on stderr, bugs exit 1 (see the module docstring)."""
     try:
         cli.main(args=argv, prog_name="ftlab", standalone_mode=False)
     except click.exceptions.Abort:
@@ -96,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except (ValueError, TypeError, FileNotFoundError, PermissionError, IsADirectoryError, KeyError) as exc:
+    except USER_ERRORS as exc:
         if os.environ.get("FTLAB_DEBUG"):
             raise
         click.echo(f"ftlab: error: {_one_line(exc)}", err=True)
@@ -104,6 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("ftlab: interrupted (finished points of a sweep are kept; rerun to resume)", err=True)
         sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - a bug: say so, never disguise it as bad input
+        if os.environ.get("FTLAB_DEBUG") or _VERBOSE:
+            traceback.print_exc()
+        click.echo(f"ftlab: internal error: {type(exc).__name__}: {_one_line(exc)} -- this is a bug in ftlab, "
+                   "please report it (run with -v for the traceback)", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

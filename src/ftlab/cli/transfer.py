@@ -62,6 +62,8 @@ def load_callable(ref: str, what: str):
             if not path.exists():
                 raise FileNotFoundError(f"{what}: file {mod_name!r} does not exist")
             spec = importlib.util.spec_from_file_location(f"_ftlab_user_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise ValueError(f"{what}: cannot load {mod_name!r} as a Python file")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
@@ -132,10 +134,10 @@ def load_batches(ref: str, batch_size: int, max_batches: int | None):
         data = load_state_dict(path)
         if not data:
             raise ValueError(f"calibration file {ref!r} holds no tensors")
-        n = {v.shape[0] for v in data.values()}
-        if len(n) != 1:
-            raise ValueError(f"calibration file {ref!r}: tensors differ in their first dimension ({sorted(n)})")
-        n = n.pop()
+        sizes = {int(v.shape[0]) for v in data.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"calibration file {ref!r}: tensors differ in their first dimension ({sorted(sizes)})")
+        n = sizes.pop()
         batches = [{k: v[i:i + batch_size] for k, v in data.items()} for i in range(0, n, batch_size)]
     else:
         batches = list(load_callable(ref, "--data")())

@@ -160,14 +160,12 @@ class Captured:
         if not loss.requires_grad:
             raise ValueError("the loss does not require grad: no captured tensor influences it")
         grads = torch.autograd.grad(loss, targets, allow_unused=True) if targets else []
-        self.output_grads = {p: [None] * len(outs) for p, outs in self.outputs.items()}
-        self.input_grads = {p: [None] * len(ins) for p, ins in self.inputs.items()} if input_grads else {}
-        for (side, p, i), g in zip(keys, grads):
-            (self.output_grads if side == "out" else self.input_grads)[p][i] = g
-        for p, gs in self.output_grads.items():  # outputs the loss does not depend on: zero gradient
-            for i, g in enumerate(gs):
-                if g is None:
-                    gs[i] = torch.zeros_like(self.outputs[p][i])
+        found: dict[tuple[str, str, int], torch.Tensor | None] = dict(zip(keys, grads))
+        # outputs the loss does not depend on get a zero gradient; inputs without one get None
+        self.output_grads = {p: [g if (g := found.get(("out", p, i))) is not None else torch.zeros_like(t)
+                                 for i, t in enumerate(outs)] for p, outs in self.outputs.items()}
+        self.input_grads = ({p: [found.get(("in", p, i)) for i in range(len(ins))] for p, ins in self.inputs.items()}
+                            if input_grads else {})
 
 
 def _mha_forward(cap: Captured, name: str):
@@ -251,7 +249,7 @@ def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool
                 for p in mha_points(name):
                     cap.modules[p] = mod
                     cap.meta[p] = {"batch_first": True}
-                mod.forward = types.MethodType(_mha_forward(cap, name), mod)
+                mod.forward = types.MethodType(_mha_forward(cap, name), mod)  # type: ignore[method-assign]
                 patched.append(mod)
                 continue
             cap.modules[name] = mod

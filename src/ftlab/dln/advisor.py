@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -145,7 +146,7 @@ def phase_row(*, overlap: float, ratios: list, rho_pt: float, alpha: float, alph
 
     out = []
     for r in ratios:
-        rec = {"ratio": float(r)}
+        rec: dict[str, Any] = {"ratio": float(r)}
         rho_ft = float(r) * rho_pt
         try:
             spec = TaskSpec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, noise=noise)
@@ -157,7 +158,7 @@ def phase_row(*, overlap: float, ratios: list, rho_pt: float, alpha: float, alph
             fp = predicted_error(spec, c=c, lam=lam, gamma=gamma, alpha=alpha, alpha_pt=alpha_pt, n_nodes=n_nodes)
             errs[name] = fp.error if fp.converged else math.nan
         finite = {k: v for k, v in errs.items() if np.isfinite(v)}
-        rec["best"] = min(finite, key=finite.get) if finite else None
+        rec["best"] = min(finite, key=lambda k: finite[k]) if finite else None
         out.append(rec | {f"error_{n}": v for n, v in errs.items()})
     return out
 

@@ -129,7 +129,7 @@ def check_scales(*, c, lam, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not np.all(ok):
             _bad(name, a, ok, rule)
         out.append(a)
-    return tuple(out)
+    return out[0], out[1], out[2]
 
 
 def c_ft_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:
@@ -188,7 +188,7 @@ def _check_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rel_residual(X, beta, y) -> float:
-    return float(np.linalg.norm(X @ beta - y) / max(np.linalg.norm(y), 1e-300))
+    return float(np.linalg.norm(X @ beta - y) / max(float(np.linalg.norm(y)), 1e-300))
 
 
 def _dual_potential(u: np.ndarray, sqrt_k: np.ndarray) -> float:
@@ -243,7 +243,7 @@ def _pcg(matvec, b: np.ndarray, solve_m, *, rtol: float, maxiter: int) -> tuple[
     """Preconditioned conjugate gradients for an SPD operator; returns (x, converged, iterations)."""
     x = solve_m(b)
     r = b - matvec(x)
-    bnorm = max(np.linalg.norm(b), 1e-300)
+    bnorm = max(float(np.linalg.norm(b)), 1e-300)
     if np.linalg.norm(r) <= rtol * bnorm:
         return x, True, 0
     z = solve_m(r)
@@ -293,7 +293,7 @@ def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max
     check_positive("tol", tol)
     sqrt_k = np.sqrt(k)
     nu = np.zeros(X.shape[0]) if nu0 is None else np.array(nu0, dtype=np.float64)
-    ynorm = max(np.linalg.norm(y), 1e-300)
+    ynorm = max(float(np.linalg.norm(y)), 1e-300)
 
     u = X.T @ nu
     beta = q_k_prime_inv(u, k)

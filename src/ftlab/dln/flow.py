@@ -81,8 +81,8 @@ def _check_problem(weights: Weights, X, y) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def _thin(t: list, m: list) -> tuple[np.ndarray, np.ndarray]:
-    t, m = np.asarray(t, dtype=np.float64), np.asarray(m, dtype=np.float64)
+def _thin(times: list, values: list) -> tuple[np.ndarray, np.ndarray]:
+    t, m = np.asarray(times, dtype=np.float64), np.asarray(values, dtype=np.float64)
     if t.size <= _MAX_CURVE:
         return t, m
     idx = np.unique(np.concatenate([[0], np.geomspace(1, t.size - 1, _MAX_CURVE - 1).astype(int)]))
@@ -131,8 +131,8 @@ def gradient_flow(weights: Weights, X, y, *, tol: float = 1e-20, t_max: float = 
         r = y - X @ beta_of(state)[0]
         return float(r @ r) / n - tol
 
-    done.terminal = True
-    done.direction = -1
+    done.terminal = True  # type: ignore[attr-defined]
+    done.direction = -1  # type: ignore[attr-defined]
 
     nu0 = np.zeros(n if dual else d)
     mse0 = float(np.mean((y - X @ weights.beta) ** 2))

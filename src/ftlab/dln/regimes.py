@@ -87,8 +87,11 @@ def l_order(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarr
 
 def pt_sensitivity(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
     """``m = d log sqrt(k) / d log |beta_PT|`` in [0, 1) (at lam = -1, gamma = 0: its lam -> -1 limit)."""
-    c, lam, gamma = check_scales(c=c, lam=lam, gamma=gamma)
-    b = np.abs(np.asarray(check_finite("beta_pt", beta_pt), dtype=np.float64))
+    cc, ll, gg = check_scales(c=c, lam=lam, gamma=gamma)
+    return _pt_sensitivity(np.abs(np.asarray(check_finite("beta_pt", beta_pt), dtype=np.float64)), cc, ll, gg)
+
+
+def _pt_sensitivity(b: np.ndarray, c: np.ndarray, lam: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     h = np.hypot(c, b)
     num = 2.0 * (1.0 + lam) * b**2 / h
     den = 2.0 * (1.0 + lam) * (c + h) + gamma**2

@@ -10,6 +10,7 @@ and compares the result with the implicit-bias prediction ``argmin Q_k s.t. X be
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,6 +19,8 @@ from ftlab.dln.bias import min_l2_interpolator, solve_implicit_bias
 from ftlab.dln.flow import TrainResult, gradient_descent, gradient_flow
 from ftlab.dln.model import ft_reset, init_pt, oracle_pt
 from ftlab.dln.tasks import TaskSpec, sample_problem
+
+Method = Literal["flow", "gd"]
 
 __all__ = ["SimulationResult", "simulate_ptft"]
 
@@ -58,7 +61,7 @@ def _train(weights, X, y, method: str, *, lr: float, gd_tol: float, flow_tol: fl
 
 
 def simulate_ptft(spec: TaskSpec, *, c: float, lam: float, gamma: float, alpha: float, dim: int, seed: int,
-                  alpha_pt: float | None = None, method: str = "flow", lr: float = 0.5, gd_tol: float = 1e-4,
+                  alpha_pt: float | None = None, method: Method = "flow", lr: float = 0.5, gd_tol: float = 1e-4,
                   flow_tol: float = 1e-20, max_steps: int = 5_000_000) -> SimulationResult:
     """Simulate PT then FT and compare with the implicit-bias prediction.
 
@@ -87,7 +90,7 @@ def simulate_ptft(spec: TaskSpec, *, c: float, lam: float, gamma: float, alpha: 
         raise ValueError("lam=-1 with gamma=0 leaves the FT network at the zero saddle (k_d = 0): "
                          "use lam in (-1, 1] or gamma > 0")
     prob = sample_problem(spec, alpha=alpha, dim=dim, seed=seed, alpha_pt=alpha_pt)
-    kw = dict(lr=lr, gd_tol=gd_tol, flow_tol=flow_tol, max_steps=max_steps)
+    kw: dict[str, Any] = dict(lr=lr, gd_tol=gd_tol, flow_tol=flow_tol, max_steps=max_steps)
     if alpha_pt is None:
         w_pt, pt_ok = oracle_pt(prob.beta_pt_star, c=c, lam=lam), True
     else:
@@ -103,7 +106,7 @@ def simulate_ptft(spec: TaskSpec, *, c: float, lam: float, gamma: float, alpha: 
     return SimulationResult(
         error=float(np.sum((ft.beta - prob.beta_ft_star) ** 2) / d),
         error_pred=float(np.sum((pred.beta - prob.beta_ft_star) ** 2) / d),
-        distance=float(np.linalg.norm(ft.beta - pred.beta) / max(np.linalg.norm(pred.beta), 1e-300)),
+        distance=float(np.linalg.norm(ft.beta - pred.beta) / max(float(np.linalg.norm(pred.beta)), 1e-300)),
         pt_error=float(np.sum((beta_pt - prob.beta_pt_star) ** 2) / d),
         converged=bool(pt_ok and ft.converged and pred.converged),
         n_iter=ft.n_iter,

@@ -19,6 +19,7 @@ Mapping: ``rho_ft = rho_pt rho_shared + (1 - rho_pt) rho_new``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -54,11 +55,11 @@ class TaskSpec:
     rho_pt: float
     rho_ft: float
     overlap: float
-    pt_magnitude: str = "fixed"
+    pt_magnitude: Literal["fixed", "gaussian"] = "fixed"
     a_pt: float = 1.0
     noise: float = 0.0
     pt_noise: float = 0.0
-    support: str = "exact"
+    support: Literal["exact", "bernoulli"] = "exact"
 
     def __post_init__(self):
         check_probability("rho_pt", self.rho_pt)

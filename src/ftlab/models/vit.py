@@ -154,6 +154,7 @@ class ViT(nn.Module):
                 nn.init.zeros_(m.bias)
         # residual branches start small (GPT-2 style scaling by depth)
         for b in self.blocks:
+            assert isinstance(b, Block)
             for lin in (b.attn.out, b.mlp.fc2):
                 lin.weight.data.mul_(1.0 / math.sqrt(2 * len(self.blocks)))
 

@@ -270,7 +270,7 @@ def _fig4(ctx) -> str:
         for reg, (lam, g) in REGIMES.items():
             th = _match(theory, _base(o, r, lam=lam, gamma=g))
             errs[reg] = float(th[(th.alpha >= 0.05) & (th.alpha <= 0.5)].error.mean())
-        best[tname] = (min(errs, key=errs.get), errs)
+        best[tname] = (min(errs, key=lambda k: errs[k]), errs)
     inside, total = _agreement(theory, sims, settings)
     t_new, t_same, t_sub = list(TASKS)
     # where along lambda (c = 1e-3, gamma = 0) is the sparse-subset task learned best?
@@ -278,7 +278,7 @@ def _fig4(ctx) -> str:
     sub_spec = TaskSpec(rho_pt=0.1, rho_ft=0.01, overlap=1.0)
     scan = {lam: float(learning_curve(sub_spec, c=1e-3, lam=lam, gamma=0.0, alphas=[0.03, 0.05]).error.mean())
             for lam in lam_scan}
-    lam_best = min(scan, key=scan.get)
+    lam_best = min(scan, key=lambda k: scan[k])
     sub_errs = best[t_sub][1]
     claim3 = sub_errs["IV"] < min(sub_errs["II"], sub_errs["III"]) and best[t_sub][0] == "IV"
     lines = [
@@ -403,7 +403,7 @@ def single_task_point(*, rho: float, c: float, lam: float, alpha: float, dim: in
     res = gradient_flow(init_pt(dim, c=c, lam=lam), X, y)
     pred = solve_implicit_bias(X, y, np.full(dim, 4.0 * c**2)).beta
     return {"sim_error": float(np.mean((res.beta - beta) ** 2)), "pred_error": float(np.mean((pred - beta) ** 2)),
-            "distance": float(np.linalg.norm(res.beta - pred) / max(np.linalg.norm(pred), 1e-300)),
+            "distance": float(np.linalg.norm(res.beta - pred) / max(float(np.linalg.norm(pred)), 1e-300)),
             "sim_converged": bool(res.converged)}
 
 

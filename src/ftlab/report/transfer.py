@@ -55,7 +55,7 @@ def verdict(table, gaps) -> list[str]:
         if "bico" not in acc:
             continue
         others = {m: acc[m] for m in baselines if m in acc}
-        best_other = max(others, key=others.get) if others else None
+        best_other = max(others, key=lambda k: others[k]) if others else None
         gap = g.set_index("method")["gap_closed"].get("bico")
         beats = best_other is None or acc["bico"] > others[best_other]
         txt = (f"- **{setting}, α {'= 1' if mode == 'fixed' else 'searched'}**: BiCo {100 * acc['bico']:.1f}% "

@@ -53,6 +53,8 @@ def to_tokens(t: torch.Tensor, kind: str, *, side: str, conv: tuple | None = Non
         if t.ndim != 4:
             raise ValueError(f"conv2d point got a tensor of shape {tuple(t.shape)}: expected (B, C, H, W)")
         if side == "in":
+            if conv is None:
+                raise ValueError("a conv2d input point needs its (kernel, stride, padding, dilation)")
             k, s, p, d = conv
             cols = F.unfold(t, k, dilation=d, padding=p, stride=s)  # (B, C*k*k, L)
             h = (t.shape[2] + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
@@ -96,7 +98,7 @@ def _square_grid(t: int, n_prefix: int | None) -> tuple[int, tuple[int, int]]:
     return n_prefix, (side, side)
 
 
-def align_tokens(a: torch.Tensor, b: torch.Tensor, mode: str = "identity", *,
+def align_tokens(a: torch.Tensor, b: torch.Tensor, mode: SeqAlign = "identity", *,
                  mask_a: torch.Tensor | None = None, mask_b: torch.Tensor | None = None,
                  grid_a: tuple[int, int] | None = None, grid_b: tuple[int, int] | None = None,
                  n_prefix: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ import inspect
 import logging
 import resource
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 
 import torch
@@ -151,7 +151,8 @@ def _resolve_method(method: str | Method) -> Method:
 
 def _method_record(m: Method) -> dict:
     opts = m.options
-    return {"name": m.name, **(dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else {})}
+    own = dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) and not isinstance(opts, type) else {}
+    return {"name": m.name, **own}
 
 
 def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
@@ -222,7 +223,8 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
         if tb is None:
             raise ValueError("batches is None: the method needs calibration batches")
         problem = TransferProblem(lmap, target_shapes)
-        stats = collect_target_grads(target_base, tb, loss, total=len(tb) if hasattr(tb, "__len__") else None)
+        total_tb = len(tb) if isinstance(tb, Sized) else None
+        stats = collect_target_grads(target_base, tb, loss, total=total_tb)
         n_batches = stats["n_batches"]
     else:
         problem = TransferProblem(lmap, target_shapes)

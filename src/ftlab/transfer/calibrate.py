@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
 
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ from torch import nn
 from ftlab.core.hooks import Captured, capture
 from ftlab.core.progress import progress
 from ftlab.core.stats import CrossMoments
-from ftlab.transfer.align import align_tokens, to_tokens
+from ftlab.transfer.align import SeqAlign, align_tokens, to_tokens
 from ftlab.transfer.spec import TransportSpec
 
 __all__ = ["calibration_mode", "collect_maps_stats", "collect_target_grads", "layer_cka_scores", "paired_batches", "peek"]
@@ -102,10 +103,10 @@ def _run(model: nn.Module, cap: Captured, batch, loss: Callable, who: str, k: in
 
 def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[str, str], source_spec: TransportSpec,
                        target_spec: TransportSpec, requirements: Mapping[str, dict], pairs_iter: Iterable,
-                       total: int | None, loss: Callable, seq_align: str = "identity", n_prefix: int | None = None,
+                       total: int | None, loss: Callable, seq_align: SeqAlign = "identity", n_prefix: int | None = None,
                        padding_mask="auto", seq_first: bool = False, second: bool = False,
                        batch_dtype: torch.dtype | None = None, train_mode: bool = False,
-                       loss_reduction: str = "mean") -> tuple[dict, int]:
+                       loss_reduction: Literal["mean", "sum"] = "mean") -> tuple[dict, int]:
     """Stream the cross-covariances ``stats[(tp, side)]`` over all calibration batches; returns ``(stats, n_batches)``.
 
     With ``loss_reduction="mean"`` the gradient rows of a batch of ``b`` samples are multiplied by

@@ -62,7 +62,7 @@ def find_stacks(model: nn.Module) -> dict[str, Stack]:
     return found
 
 
-def depth_map(n_source: int, n_target: int, rule: str = "nearest_relative") -> list[int | None]:
+def depth_map(n_source: int, n_target: int, rule: DepthRule = "nearest_relative") -> list[int | None]:
     """``[i(0), ..., i(L_B - 1)]`` for the non-data-driven rules (see the module docstring)."""
     check_int("n_source", n_source, 1)
     check_int("n_target", n_target, 1)
@@ -127,7 +127,7 @@ class LayerMap:
         return {p: list(m) for p, m in self.maps.items()}
 
 
-def build_layer_map(source: nn.Module, target: nn.Module, rule: str = "nearest_relative", *,
+def build_layer_map(source: nn.Module, target: nn.Module, rule: DepthRule = "nearest_relative", *,
                     cka_scores: dict[str, np.ndarray] | None = None) -> LayerMap:
     """Pair the stacks of ``target`` with those of ``source`` and apply ``rule`` to each.
 
@@ -145,7 +145,7 @@ def build_layer_map(source: nn.Module, target: nn.Module, rule: str = "nearest_r
         if rule == "cka":
             if cka_scores is None or path not in cka_scores:
                 raise ValueError(f"depth_map='cka' needs CKA scores for stack {path!r}")
-            maps[path] = monotone_assignment(cka_scores[path])
+            maps[path] = list(monotone_assignment(cka_scores[path]))
         else:
             maps[path] = depth_map(ss.depth, st.depth, rule)
     return LayerMap(maps)

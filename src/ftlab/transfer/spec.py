@@ -34,6 +34,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from ftlab.core.hooks import is_hf_conv1d, is_norm, mha_points
@@ -105,6 +106,7 @@ def _j(name: str, attr: str) -> str:
 
 def _linear_rules(name: str, mod: nn.Module, weight_kind: str = "weight") -> tuple[Point, dict]:
     w = mod.weight
+    assert isinstance(w, torch.Tensor)
     d_out, d_in = (w.shape[1], w.shape[0]) if weight_kind == "weight_t" else (w.shape[0], w.shape[1])
     pt = Point(name, "linear", int(d_in), int(d_out))
     rules = {_j(name, "weight"): (Rule(_j(name, "weight"), weight_kind, name),)}
@@ -153,7 +155,7 @@ def _module_spec(name: str, mod: nn.Module) -> tuple[list[Point], dict] | None:
         q, k, v, o = mha_points(name)
         pts = [Point(q, "linear", E, E), Point(k, "linear", mod.kdim, E),
                Point(v, "linear", mod.vdim, E), Point(o, "linear", E, E)]
-        rules: dict = {}
+        rules = {}
         if mod._qkv_same_embed_dim:
             rules[_j(name, "in_proj_weight")] = tuple(Rule(_j(name, "in_proj_weight"), "weight", p, (i, 3))
                                                     for i, p in enumerate((q, k, v)))
@@ -218,12 +220,12 @@ def infer_spec(model: nn.Module, *, zero_params: Iterable[str] = DEFAULT_ZERO,
     for pname, _ in model.named_parameters():
         if any(fnmatch.fnmatchcase(pname, z) for z in zero_params):
             rules[pname] = (Rule(pname, "zero"),)
-    for pname, rs in overrides.items():
-        rs = tuple(rs)
-        for r in rs:
+    for pname, given in overrides.items():
+        written = tuple(given)
+        for r in written:
             if r.point is not None and r.point not in points:
                 raise ValueError(f"override for {pname!r} refers to unknown point {r.point!r}")
-        rules[pname] = rs
+        rules[pname] = written
     params = dict(model.named_parameters())
     # a tied weight (e.g. an LM head sharing the embedding table) is listed once by named_parameters;
     # its other owners' rules are dropped, so the shared tensor is transported once, by its first owner

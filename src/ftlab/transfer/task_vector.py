@@ -165,7 +165,8 @@ class TaskVector(Mapping):
         """
         check_finite("alpha", float(alpha))
         state = model.state_dict(keep_vars=True)
-        plan, owner = [], {}
+        plan: list = []
+        owner: dict = {}
         for k, v in self.items():
             if k not in state or state[k].shape != v.shape:
                 why = "missing" if k not in state else f"shape {tuple(state[k].shape)} != {tuple(v.shape)}"

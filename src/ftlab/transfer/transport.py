@@ -52,6 +52,8 @@ def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: tor
                              "vocabularies must match (zero it with zero_params or write a spec)")
         return T @ R_out
     M = T.reshape(T.shape[0], -1) if rule.kind == "weight" else T
+    if R_in is None:
+        raise ValueError(f"rule {rule.kind!r} of {rule.param!r} needs an input map")
     if rule.kind == "weight":
         if M.shape != (R_out.shape[0], R_in.shape[0]):
             raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as out x in, but its maps expect "
@@ -87,6 +89,8 @@ def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: M
             for rule in rules:
                 if rule.kind == "zero":
                     continue
+                if rule.point is None:
+                    raise ValueError(f"rule {rule.kind!r} of {rule.param!r} names no capture point")
                 R_in, R_out = maps[rule.point]
                 n = rule.part[1]
                 blk_shape = (shape[0] // n,) + shape[1:]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from typing import Literal
 
 import numpy as np
 
@@ -24,6 +25,12 @@ from ftlab.core.validate import check_choice, check_int, check_nonnegative, chec
 from ftlab.dln.replica.expect import MonteCarloExpectation, QuadratureExpectation
 from ftlab.dln.replica.prior import ft_prior, sample_prior_mc
 from ftlab.dln.replica.solver import FixedPoint, solve_damped, solve_point
+
+Expectation = Literal["quadrature", "mc"]
+Solver = Literal["newton", "damped"]
+Continuation = Literal["both", "forward"]
+PtMagnitude = Literal["fixed", "gaussian"]
+SimMethod = Literal["implicit", "flow", "gd"]
 
 __all__ = ["make_expectation", "solve_curve", "learning_curve", "curve_records", "simulate_point",
            "simulate_curve", "check_alphas", "CURVE_COLUMNS"]
@@ -44,7 +51,7 @@ def check_alphas(alphas) -> np.ndarray:
 
 
 def make_expectation(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None = None,
-                     expectation: str = "quadrature", n_nodes: int = 800, quadrature: str = "legendre",
+                     expectation: Expectation = "quadrature", n_nodes: int = 800, quadrature: str = "legendre",
                      mc: int = 80_000, mc_seed: int = 0):
     """Expectation operator of the replica equations for a task and initialization.
 
@@ -71,8 +78,8 @@ def _start(fp: FixedPoint | None):
     return fp.theta0, fp.theta
 
 
-def solve_curve(expect, alphas, *, noise: float = 0.0, lambda_reg: float = 0.0, solver: str = "newton",
-                continuation: str = "both", tol: float = 1e-10):
+def solve_curve(expect, alphas, *, noise: float = 0.0, lambda_reg: float = 0.0, solver: Solver = "newton",
+                continuation: Continuation = "both", tol: float = 1e-10):
     """Solve at every alpha with warm starts; returns a DataFrame with :data:`CURVE_COLUMNS`.
 
     solver : ``"newton"`` (ours) or ``"damped"`` (the authors' scheme, ``lambda_reg`` defaults to 1e-6).
@@ -115,9 +122,9 @@ def solve_curve(expect, alphas, *, noise: float = 0.0, lambda_reg: float = 0.0, 
 
 
 def learning_curve(spec, *, c: float, lam: float, gamma: float, alphas, alpha_pt: float | None = None,
-                   lambda_reg: float = 0.0, expectation: str = "quadrature", n_nodes: int = 800,
-                   quadrature: str = "legendre", mc: int = 80_000, mc_seed: int = 0, solver: str = "newton",
-                   continuation: str = "both"):
+                   lambda_reg: float = 0.0, expectation: Expectation = "quadrature", n_nodes: int = 800,
+                   quadrature: str = "legendre", mc: int = 80_000, mc_seed: int = 0, solver: Solver = "newton",
+                   continuation: Continuation = "both"):
     """Replica prediction of the FT generalization error over a grid of ``alpha = N_FT / D``.
 
     spec : :class:`ftlab.dln.tasks.TaskSpec` (sparsities, overlap, PT magnitudes, FT label noise
@@ -150,8 +157,8 @@ def _spec(rho_pt, rho_ft, overlap, pt_magnitude="fixed", a_pt=1.0, noise=0.0, pt
 
 
 def curve_records(*, rho_pt: float, rho_ft: float, overlap: float, c: float, lam: float, gamma: float,
-                  alphas: list, alpha_pt: float | None = None, pt_magnitude: str = "fixed", a_pt: float = 1.0,
-                  noise: float = 0.0, pt_noise: float = 0.0, expectation: str = "quadrature",
+                  alphas: list, alpha_pt: float | None = None, pt_magnitude: PtMagnitude = "fixed", a_pt: float = 1.0,
+                  noise: float = 0.0, pt_noise: float = 0.0, expectation: Expectation = "quadrature",
                   n_nodes: int = 800, mc: int = 80_000, mc_seed: int = 0) -> list[dict]:
     """One learning curve as a list of records (a top-level function for :func:`ftlab.core.sweep.run_sweep`).
 
@@ -165,8 +172,8 @@ def curve_records(*, rho_pt: float, rho_ft: float, overlap: float, c: float, lam
 
 
 def simulate_point(*, rho_pt: float, rho_ft: float, overlap: float, c: float, lam: float, gamma: float,
-                   alpha: float, dim: int, seed: int, alpha_pt: float | None = None, pt_magnitude: str = "fixed",
-                   a_pt: float = 1.0, noise: float = 0.0, pt_noise: float = 0.0, method: str = "implicit") -> dict:
+                   alpha: float, dim: int, seed: int, alpha_pt: float | None = None, pt_magnitude: PtMagnitude = "fixed",
+                   a_pt: float = 1.0, noise: float = 0.0, pt_noise: float = 0.0, method: SimMethod = "implicit") -> dict:
     """FT test error ``||beta_hat - beta*_FT||^2 / D`` of one sampled problem (top-level, picklable).
 
     method : ``"implicit"``: the exact interpolator ``argmin Q_k s.t. X beta = y`` (the endpoint of FT
@@ -205,9 +212,11 @@ def _implicit_point(spec, *, c, lam, gamma, alpha, dim, seed, alpha_pt):
     beta_pt = prob.beta_pt_star
     ok = True
     if alpha_pt is not None:
-        pt = solve_implicit_bias(prob.X_pt, prob.y_pt, np.full(dim, 4.0 * c**2)) if prob.X_pt.shape[0] < dim else None
+        X_pt, y_pt = prob.X_pt, prob.y_pt
+        assert X_pt is not None and y_pt is not None
+        pt = solve_implicit_bias(X_pt, y_pt, np.full(dim, 4.0 * c**2)) if X_pt.shape[0] < dim else None
         if pt is None:  # over-determined PT: least squares (the lambda_reg -> 0 limit)
-            beta_pt = np.linalg.lstsq(prob.X_pt, prob.y_pt, rcond=None)[0]
+            beta_pt = np.linalg.lstsq(X_pt, y_pt, rcond=None)[0]
         else:
             beta_pt, ok = pt.beta, pt.converged
     k = k_from_pt(np.abs(beta_pt), c=c, lam=lam, gamma=gamma)
@@ -220,8 +229,8 @@ def _implicit_point(spec, *, c, lam, gamma, alpha, dim, seed, alpha_pt):
 
 
 def simulate_curve(*, rho_pt: float, rho_ft: float, overlap: float, c: float, lam: float, gamma: float, alphas,
-                   dim: int, seeds, alpha_pt: float | None = None, pt_magnitude: str = "fixed", a_pt: float = 1.0,
-                   noise: float = 0.0, pt_noise: float = 0.0, method: str = "implicit", store=None,
+                   dim: int, seeds, alpha_pt: float | None = None, pt_magnitude: PtMagnitude = "fixed", a_pt: float = 1.0,
+                   noise: float = 0.0, pt_noise: float = 0.0, method: SimMethod = "implicit", store=None,
                    scheduler=None, workers: int | None = None):
     """Simulated FT error over ``alphas x seeds`` via :func:`ftlab.core.sweep.run_sweep`, aggregated per alpha.
 

@@ -113,7 +113,7 @@ def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 160, ki
     if alpha_pt is not None:
         check_positive("alpha_pt", alpha_pt)
     oracle = alpha_pt is None or (alpha_pt >= 1.0 and pt_noise == 0.0)
-    if oracle:
+    if oracle or alpha_pt is None:
         active = (np.array([mu_a]), np.array([1.0])) if v_a == 0 else _abs_normal_rule(np.sqrt(v_a), c)
         return PTChannel(active, (np.array([0.0]), np.array([1.0])), None)
     if alpha_pt >= 1.0:

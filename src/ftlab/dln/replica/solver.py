@@ -102,7 +102,7 @@ def _theta_given_theta0(expect, theta0, alpha, lambda_reg, hint=None):
 def _bracketed(expect, alpha, noise2, lambda_reg, theta0_start, tol):
     """Nested 1-D solve: theta(theta0) by Brent, then Brent on log theta0 of the fixed-point map."""
     n_eval = [0]
-    last = {}
+    last: dict = {}
 
     def G(lt0):
         t0 = math.exp(lt0)
@@ -158,7 +158,8 @@ def solve_point(
         start = initial_guess(expect, alpha, noise2, lambda_reg)
     x = np.log(np.asarray(start, dtype=float))
     m = expect(*np.exp(x))
-    r = np.array(_residuals(m, *np.exp(x), alpha, noise2, lambda_reg))
+    t0, t1 = np.exp(x)
+    r = np.array(_residuals(m, t0, t1, alpha, noise2, lambda_reg))
     norm = float(np.max(np.abs(r)))
     n = 0
     for n in range(1, max_iter + 1):
@@ -184,7 +185,8 @@ def solve_point(
         for _ in range(30):
             xn = x + scale * dx
             mn = expect(*np.exp(xn))
-            rn = np.array(_residuals(mn, *np.exp(xn), alpha, noise2, lambda_reg))
+            n0, n1 = np.exp(xn)
+            rn = np.array(_residuals(mn, n0, n1, alpha, noise2, lambda_reg))
             nn = float(np.max(np.abs(rn)))
             if np.isfinite(nn) and nn < norm * (1.0 - 1e-4 * scale):
                 accepted = True

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ftlab.core.validate import check_choice, check_int
+from ftlab.data.images import Split
 
 __all__ = ["FT_TASKS", "load_split", "to_tensor", "class_split", "balanced_subset", "task_pool"]
 
@@ -20,7 +21,7 @@ FT_TASKS = ("fmnist_heldout", "mnist")
 
 
 @functools.lru_cache(maxsize=4)
-def load_split(dataset: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+def load_split(dataset: str, split: Split) -> tuple[np.ndarray, np.ndarray]:
     """``(uint8 images (n, 28, 28), int64 labels)`` of ``fashion_mnist`` or ``mnist`` (cached)."""
     from ftlab.data import load_fashion_mnist, load_mnist
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -51,8 +52,8 @@ class ModularProtocol:
     weight_decay: float = 1.0
     pt_steps: int = 500
     ft_steps: int = 200
-    when: str = "ft_start"
-    preserve: str = "product"
+    when: Literal["ft_start", "init"] = "ft_start"
+    preserve: Literal["product", "total"] = "product"
     gamma: float = 1.0
 
     def __post_init__(self):

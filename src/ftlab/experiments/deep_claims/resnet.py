@@ -37,6 +37,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -74,10 +75,10 @@ class ResNetProtocol:
     n_geometry: int = 256
     geometry_at: tuple[int, ...] = (100,)
     geometry_layers: tuple[str, ...] = ("stem", "layer1", "layer2", "layer3", "layer4", "pool")
-    when: str = "after_pt"
-    kappa_mode: str = "both"
+    when: Literal["after_pt", "init"] = "after_pt"
+    kappa_mode: Literal["both", "early"] = "both"
     kappa_split: float = 0.5
-    readout_mode: str = "normal"
+    readout_mode: Literal["normal", "constant"] = "normal"
     gamma_default: float = 1.0
     bn_recalibrate: bool = True
 
@@ -231,7 +232,8 @@ def run_resnet(proto: ResNetProtocol, grid: ResNetGrid, out_dir, *, workers=None
     pdict = dataclasses.asdict(proto)
     conds = conditions(grid)
     pt_keys = sorted({_pt_key(proto, i, v) for i, v in conds})
-    pt_points = [dict(seed=s, intervention=i, value=v, protocol=pdict, cache=cache) for s in grid.seeds for i, v in pt_keys]
+    pt_points: list[dict] = [dict(seed=s, intervention=i, value=v, protocol=pdict, cache=cache)
+                             for s in grid.seeds for i, v in pt_keys]
     store = out / "resnet_pt.jsonl"
     done = read_store(store)
     missing = [p for p in pt_points if point_key(pretrain_point, p) in done

@@ -153,7 +153,7 @@ def evaluate_transfers(*, setting: str, task: str, seed: int, source_base, sourc
         from ``ftlab.transfer``) is skipped and logged.
     """
     from ftlab.experiments.transfer_accuracy.finetune import batches_of
-    from ftlab.transfer import transfer
+    from ftlab.transfer import TaskVector, transfer
     from ftlab.transfer.align import RankWarning
     from ftlab.transfer.evaluate import search_alpha
 
@@ -176,7 +176,10 @@ def evaluate_transfers(*, setting: str, task: str, seed: int, source_base, sourc
         seconds = time.perf_counter() - t0
         rows.append(_record(setting, task, seed, method, "fixed", 1.0, n, score(tau.apply(target_base, 1.0), "test"),
                             seconds))
-        best, _ = search_alpha(lambda a, tau=tau: score(tau.apply(target_base, a), "val"), grid=alpha_grid)
+        def val_score(a: float, tau: TaskVector = tau) -> float:
+            return score(tau.apply(target_base, a), "val")
+
+        best, _ = search_alpha(val_score, grid=alpha_grid)
         rows.append(_record(setting, task, seed, method, "searched", best, n, score(tau.apply(target_base, best), "test"),
                             seconds))
     return rows

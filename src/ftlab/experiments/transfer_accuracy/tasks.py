@@ -23,6 +23,7 @@ import numpy as np
 
 from ftlab.core.validate import check_choice, check_int
 from ftlab.data import load_digits, load_fashion_mnist, load_mnist
+from ftlab.data.images import Split
 
 __all__ = ["N_JOINT_CLASSES", "Task", "TaskData", "TASKS", "pretraining_data", "load_task", "joint_test_data"]
 
@@ -89,7 +90,7 @@ def _to_float(imgs: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=8)
-def _raw(source: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+def _raw(source: str, split: Split) -> tuple[np.ndarray, np.ndarray]:
     if source == "fashion":
         return load_fashion_mnist(split)
     if source == "mnist":
