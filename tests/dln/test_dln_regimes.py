@@ -86,3 +86,48 @@ def test_bad_inputs():
         metrics(beta_pt=1.0, beta_ft=1.0, c=1.0, lam=-1.5, gamma=0.0)
     with pytest.raises(ValueError, match="beta_ft"):
         metrics(beta_pt=1.0, beta_ft=np.nan, c=1.0, lam=0.0, gamma=0.0)
+
+
+def test_regime_corners_sit_in_their_regimes():
+    from ftlab.dln.regimes import CORNER_C, DRAFT_CORNER_I, REGIME_CORNERS
+
+    got = {}
+    for name, (lam, gamma) in REGIME_CORNERS.items():
+        m = metrics(beta_pt=1.0, beta_ft=1.0, c=CORNER_C, lam=lam, gamma=gamma)
+        got[name] = (float(m.l_order), float(m.pd), str(m.regime))
+    lI, pI, _ = got["I"]
+    assert lI <= 1.1 and abs(pI) <= 0.02
+    lII, pII, _ = got["II"]
+    assert lII >= 1.85 and pII <= -0.85
+    lIII, pIII, _ = got["III"]
+    assert lIII >= 1.95 and abs(pIII) <= 0.05
+    lIV, pIV, _ = got["IV"]
+    assert 1.1 < lIV < 1.85 and -0.85 < pIV < -0.05
+    assert all(r == name for name, (_, _, r) in got.items())
+    # the authors' draft corner is PT-weighted, not PT-independent: it fails the regime-I test on PD
+    md = metrics(beta_pt=1.0, beta_ft=1.0, c=CORNER_C, lam=DRAFT_CORNER_I[0], gamma=DRAFT_CORNER_I[1])
+    assert abs(float(md.pd)) > 0.05
+
+
+def test_regime_one_is_pretraining_independent_on_every_coordinate():
+    from ftlab.dln.bias import k_from_pt
+    from ftlab.dln.regimes import REGIME_CORNERS
+
+    lam, gamma = REGIME_CORNERS["I"]
+    k = k_from_pt(np.array([0.0, 1e-3, 1.0, 50.0]), c=1e-3, lam=lam, gamma=gamma)
+    np.testing.assert_allclose(np.sqrt(k), gamma**2, rtol=1e-12)  # sqrt(k) = gamma^2 whatever PT learned
+
+
+def test_the_zero_saddle_is_refused_by_every_entry_point():
+    from ftlab.dln import TaskSpec, k_from_pt, simulate_ptft
+    from ftlab.dln.replica.curves import learning_curve
+
+    spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=1.0)
+    for call in (lambda: metrics(beta_pt=1.0, beta_ft=1.0, c=1e-3, lam=-1.0, gamma=0.0),
+                 lambda: k_from_pt(np.ones(3), c=1e-3, lam=-1.0, gamma=0.0),
+                 lambda: simulate_ptft(spec, c=1e-3, lam=-1.0, gamma=0.0, alpha=0.1, dim=20, seed=0),
+                 lambda: learning_curve(spec, c=1e-3, lam=-1.0, gamma=0.0, alphas=[0.1])):
+        with pytest.raises(ValueError, match="zero saddle"):
+            call()
+    with pytest.raises(ValueError, match="1e50"):
+        metrics(beta_pt=1.0, beta_ft=1.0, c=1e308, lam=0.0, gamma=0.0)

@@ -49,3 +49,19 @@ def test_correlation_interval_and_exact_judgement():
     assert judge_exact("theory", 0.2, margin=0.01).verdict == "reproduced"
     assert judge_exact("theory", -0.2, margin=0.01).verdict == "reversed"
     assert judge_exact("theory", 0.001, margin=0.01).verdict == "no effect"
+
+
+def test_curve_judgement_on_planted_contrasts():
+    from ftlab.experiments.verdicts import judge_curve, ranges
+
+    grid = np.geomspace(0.005, 0.5, 21)
+    inf = grid < 0.2  # the curves tie from 0.2 on
+    holds_early = judge_curve("c", grid, np.where(grid < 0.05, 1.0, -1.0) * inf)
+    assert holds_early.informative == ranges(grid, inf) and holds_early.informative[0][0] == 0.005
+    share = float(np.sum((grid < 0.05) & inf) / np.sum(inf))
+    assert holds_early.share == pytest.approx(share)
+    assert holds_early.verdict == ("reproduced" if share >= 0.5 else "inconclusive")
+    assert judge_curve("c", grid, np.ones(21)).verdict == "reproduced"
+    assert judge_curve("c", grid, -np.ones(21)).verdict == "reversed"
+    assert judge_curve("c", grid, np.full(21, 1e-4)).verdict == "no effect"
+    assert ranges([1, 2, 3, 4, 5], [True, False, True, True, False]) == [(1, 1), (3, 4)]

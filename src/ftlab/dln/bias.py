@@ -115,11 +115,22 @@ def _bad(name: str, arr: np.ndarray, ok: np.ndarray, rule: str):
     raise ValueError(f"{name}={v!r} is out of range: must be {rule}")
 
 
+#: Largest accepted c and gamma: k = (2 c (1 + lam)(...) + gamma^2)^2 must stay finite in float64.
+MAX_SCALE = 1e50
+
+
 def check_scales(*, c, lam, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate the init scales (scalars or broadcastable arrays): c > 0, lam in [-1, 1], gamma >= 0, all finite."""
+    """Validate the init scales (scalars or broadcastable arrays); returns them as float64 arrays.
+
+    c in (0, 1e50], lam in [-1, 1], gamma in [0, 1e50], all finite; and never ``lam = -1`` with
+    ``gamma = 0``: there the fine-tuning first layer restarts at 0 and the readout at gamma = 0, so
+    k = 0 on every coordinate and the FT network sits at the zero saddle (gradient flow never moves).
+    The same rule holds in every function and command of :mod:`ftlab.dln`.
+    """
     out = []
-    for name, v, test, rule in [("c", c, lambda a: a > 0, "> 0"), ("lam", lam, lambda a: (a >= -1) & (a <= 1), "in [-1, 1]"),
-                                ("gamma", gamma, lambda a: a >= 0, ">= 0")]:
+    for name, v, test, rule in [("c", c, lambda a: (a > 0) & (a <= MAX_SCALE), "in (0, 1e50]"),
+                                ("lam", lam, lambda a: (a >= -1) & (a <= 1), "in [-1, 1]"),
+                                ("gamma", gamma, lambda a: (a >= 0) & (a <= MAX_SCALE), "in [0, 1e50]")]:
         a = np.asarray(v, dtype=np.float64)
         if a.ndim == 0:
             check_finite(name, float(a))
@@ -129,7 +140,13 @@ def check_scales(*, c, lam, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not np.all(ok):
             _bad(name, a, ok, rule)
         out.append(a)
-    return out[0], out[1], out[2]
+    c_, lam_, gamma_ = out
+    saddle = (lam_ == -1.0) & (gamma_ == 0.0)
+    if np.any(saddle):
+        raise ValueError("lam=-1 with gamma=0 leaves the fine-tuning network at the zero saddle (k = 0 on every "
+                         "coordinate: the FT first layer restarts at 0 and the readout at gamma = 0): "
+                         "use lam > -1 or gamma > 0")
+    return c_, lam_, gamma_
 
 
 def c_ft_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:

@@ -1,12 +1,14 @@
-"""l-order, pretraining dependence (PD) and the regimes I-IV of fine-tuning (spec §4).
+"""l-order, pretraining dependence (PD) and the regimes I-IV of fine-tuning.
 
 For one coordinate with FT geometry ``k = k(|beta_PT|)`` (:func:`ftlab.dln.bias.k_from_pt`),
-Anguita et al. 2026 (arXiv 2602.20062) define the local log-log slopes of the FT penalty:
+Anguita et al. 2026 (arXiv 2602.20062) characterize the fine-tuning penalty by two local log-log
+slopes (ftlab evaluates them with the zero-centred definitions of the first author's public note
+``zero_func.tex`` in github.com/Nico31415/toy-unlearning):
 
     l-order  l  = d log q_k(beta_FT) / d log |beta_FT|      (beta_PT fixed)
     PD          = d log q_k(beta_FT) / d log |beta_PT|      (beta_FT fixed)
 
-Closed forms with ``t = 2 |beta_FT| / sqrt(k)``:
+Closed forms with ``t = 2 |beta_FT| / sqrt(k)`` (derived in docs/dln.md):
 
     l = t asinh(t) / (1 - sqrt(1 + t^2) + t asinh(t))                       in [1, 2]
     m = d log sqrt(k) / d log |beta_PT|
@@ -14,15 +16,32 @@ Closed forms with ``t = 2 |beta_FT| / sqrt(k)``:
     PD = (1 - l) m  in [-1, 0],     l + PD = m + (1 - m) l  in [1, 2].
 
 l = 1 is l1-like (rich, sparse), l = 2 is l2-like (lazy); PD = -1 means the penalty on a coordinate
-falls in inverse proportion to |beta_PT| (fully PT-dependent), PD = 0 that PT is irrelevant.
+falls in inverse proportion to |beta_PT| (fully PT-dependent), PD = 0 that PT is irrelevant. Since
+``l + PD >= 1``, PD = -1 and l = 1 are never reached together (the paper's trade-off).
 
-Regimes (paper's table; the numeric thresholds are ftlab's convention [U], options of
-:func:`regime`): I rich & PT-independent (1, 0); II lazy & PT-dependent (2, -1); III lazy &
-PT-independent (2, 0); IV rich & PT-dependent (intermediate). A setting is *rich* when
-``l < l_split`` (default 1.5, the midpoint) and *PT-dependent* when ``PD < pd_split`` (default
--0.1). With the draft-figure settings (c = 1e-3, |beta_PT| = |beta_FT| = 1) these give
-II (lam 0, gamma 0): l = 1.89, PD = -0.88; IV (lam -0.99): l = 1.23, PD = -0.23;
-I (lam -0.999999, gamma 1e-6): l = 1.07, PD = -0.07; III (gamma 10): l = 2.00, PD = -0.02.
+Regimes: I rich & PT-independent (l ~ 1, PD ~ 0); II lazy & PT-dependent (2, -1); III lazy &
+PT-independent (2, 0); IV rich & PT-dependent (in between). The numeric thresholds of
+:func:`regime` are ftlab's convention [U]: *rich* when ``l < l_split`` (default 1.5, the midpoint),
+*PT-dependent* when ``PD < pd_split`` (default -0.1).
+
+:data:`REGIME_CORNERS` are ftlab's representative settings at c_PT = 1e-3 (evaluated at
+|beta_PT| = |beta_FT| = 1, tested in ``tests/dln/test_dln_regimes.py``):
+
+==========  ==========================  ==============  =========
+regime      (lam, gamma)                l               PD
+==========  ==========================  ==============  =========
+I           (-1, 1e-3)                  1.070           0
+II          (0, 0)                      1.887           -0.886
+III         (0, 10)                     2.000           -0.020
+IV          (-0.99, 0)                  1.230           -0.230
+==========  ==========================  ==============  =========
+
+Regime I is lam = -1 exactly with gamma > 0: the fine-tuning first layer restarts at zero, so
+``sqrt(k) = gamma^2`` on every coordinate whatever PT learned (PD = 0). The corner of the authors'
+draft script ``figure4.py`` (github.com/Nico31415/toy-unlearning), lam = -0.999999 with gamma =
+1e-6, is kept as :data:`DRAFT_CORNER_I` for comparison with their figure only: there sqrt(k) is
+about 2e-6 on PT-active coordinates and 4e-9 elsewhere, a PT-*weighted* l1 (PD = -0.074), not the
+PT-independent regime I.
 """
 
 from __future__ import annotations
@@ -34,18 +53,23 @@ import numpy as np
 from ftlab.core.validate import check_finite
 from ftlab.dln.bias import c_ft_from_pt, check_scales
 
-__all__ = ["Metrics", "l_order_of_t", "l_order", "pt_sensitivity", "pretraining_dependence", "regime", "metrics", "REGIMES",
-           "REGIME_CORNERS", "CORNER_C"]
+__all__ = ["CORNER_C", "DRAFT_CORNER_I", "REGIMES", "REGIME_COLORS", "REGIME_CORNERS", "Metrics", "l_order",
+           "l_order_of_t", "metrics", "pretraining_dependence", "pt_sensitivity", "regime"]
 
-#: (lam, gamma) of each regime's corner at c_PT = CORNER_C: the settings of the authors' draft
-#: ``figure4.py`` (spec §4.2) [U] -- one definition shared by the advisor and the report sections.
+#: (lam, gamma) of each regime's corner at c_PT = CORNER_C (see the module docstring) -- one definition
+#: shared by the advisor, the experiments and the report.
 CORNER_C = 1e-3
 REGIME_CORNERS: dict[str, tuple[float, float]] = {
-    "I": (-0.999999, 1e-6),
+    "I": (-1.0, 1e-3),
     "II": (0.0, 0.0),
     "III": (0.0, 10.0),
     "IV": (-0.99, 0.0),
 }
+#: The regime-I corner of the authors' draft ``figure4.py`` (c = 1e-3): a PT-weighted l1, kept only to
+#: compare with their figure (it is not PT-independent).
+DRAFT_CORNER_I: tuple[float, float] = (-0.999999, 1e-6)
+#: One colour per regime, used by every figure.
+REGIME_COLORS: dict[str, str] = {"I": "#4c72b0", "II": "#dd8452", "III": "#55a868", "IV": "#c44e52"}
 
 REGIMES = {
     "I": "rich, PT-independent (l1)",
@@ -86,18 +110,15 @@ def l_order(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarr
 
 
 def pt_sensitivity(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
-    """``m = d log sqrt(k) / d log |beta_PT|`` in [0, 1) (at lam = -1, gamma = 0: its lam -> -1 limit)."""
+    """``m = d log sqrt(k) / d log |beta_PT|`` in [0, 1)."""
     cc, ll, gg = check_scales(c=c, lam=lam, gamma=gamma)
     return _pt_sensitivity(np.abs(np.asarray(check_finite("beta_pt", beta_pt), dtype=np.float64)), cc, ll, gg)
 
 
 def _pt_sensitivity(b: np.ndarray, c: np.ndarray, lam: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     h = np.hypot(c, b)
-    num = 2.0 * (1.0 + lam) * b**2 / h
-    den = 2.0 * (1.0 + lam) * (c + h) + gamma**2
-    limit = b**2 / (h * (c + h))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), limit)
+    # the denominator is > 0: check_scales refuses lam = -1 with gamma = 0
+    return 2.0 * (1.0 + lam) * b**2 / h / (2.0 * (1.0 + lam) * (c + h) + gamma**2)
 
 
 def pretraining_dependence(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:

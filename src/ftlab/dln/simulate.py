@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ftlab.core.validate import check_choice, check_int, check_nonnegative, check_positive, check_range
-from ftlab.dln.bias import min_l2_interpolator, solve_implicit_bias
+from ftlab.core.validate import check_choice, check_int, check_positive
+from ftlab.dln.bias import check_scales, min_l2_interpolator, solve_implicit_bias
 from ftlab.dln.flow import TrainResult, gradient_descent, gradient_flow
 from ftlab.dln.model import ft_reset, init_pt, oracle_pt
 from ftlab.dln.tasks import TaskSpec, sample_problem
@@ -79,16 +79,11 @@ def simulate_ptft(spec: TaskSpec, *, c: float, lam: float, gamma: float, alpha: 
     """
     if not isinstance(spec, TaskSpec):
         raise TypeError(f"spec must be a TaskSpec, got {type(spec).__name__}")
-    check_positive("c", c)
-    check_range("lam", lam, -1.0, 1.0)
-    check_nonnegative("gamma", gamma)
+    check_scales(c=c, lam=lam, gamma=gamma)
     check_positive("alpha", alpha)
     dim = check_int("dim", dim, 1)
     seed = check_int("seed", seed, 0)
     check_choice("method", method, ("flow", "gd"))
-    if lam == -1.0 and gamma == 0.0:
-        raise ValueError("lam=-1 with gamma=0 leaves the FT network at the zero saddle (k_d = 0): "
-                         "use lam in (-1, 1] or gamma > 0")
     prob = sample_problem(spec, alpha=alpha, dim=dim, seed=seed, alpha_pt=alpha_pt)
     kw: dict[str, Any] = dict(lr=lr, gd_tol=gd_tol, flow_tol=flow_tol, max_steps=max_steps)
     if alpha_pt is None:

@@ -13,8 +13,15 @@ claims), estimated with a 95% interval. Four verdicts, the same words in every s
 Paired per-seed effects use a one-sample Student-t interval and test (:func:`t_interval`,
 :func:`t_pvalue`); correlations use Fisher's z (:func:`correlation_interval`). :func:`holm` adjusts a
 family of p-values (Holm 1979). :func:`judge` applies the rule to one claim, :func:`judge_family`
-to a family. Deterministic comparisons (theory curves) have no sampling error: their "interval" is
-the computed value itself and their p-value 0 when the effect is not 0 (:func:`judge_exact`).
+to a family. Deterministic comparisons have no sampling error: a single computed effect is judged by
+:func:`judge_exact`, and a contrast of two theory curves over a parameter range (e.g. the sample
+ratio alpha) by :func:`judge_curve`, whose "interval" is the range over which the claim holds:
+
+* the *informative* range is where the contrast exceeds ``delta`` in absolute value (where the claimed
+  curve and its best competitor tie, e.g. both ~0, the grid point is evidence for neither side);
+* **reproduced** if the claim holds on at least half of the informative range (grid points of a
+  log-spaced grid, so the share is a share of log-alpha), **reversed** if it holds nowhere there,
+  **inconclusive** in between, **no effect** if the informative range is empty.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["VERDICTS", "Judgement", "Verdict", "correlation_interval", "holm", "judge", "judge_exact", "judge_family",
-           "t_interval", "t_pvalue"]
+__all__ = ["VERDICTS", "CurveJudgement", "Judgement", "Verdict", "correlation_interval", "holm", "judge", "judge_curve",
+           "judge_exact", "judge_family", "ranges", "t_interval", "t_pvalue"]
 
 Verdict = Literal["reproduced", "reversed", "no effect", "inconclusive"]
 VERDICTS: tuple[str, ...] = ("reproduced", "reversed", "no effect", "inconclusive")
@@ -145,3 +152,68 @@ def judge_family(effects: Mapping[str, Sequence[float]], *, margins: Mapping[str
         margin = margins if isinstance(margins, (int, float)) else margins[n]
         out.append(judge(n, effects[n], margin=float(margin), p_holm=pa, level=level, alpha=alpha))
     return out
+
+
+def ranges(grid: Sequence[float], mask) -> list[tuple[float, float]]:
+    """Maximal runs of consecutive grid points where ``mask`` is true, as ``(first, last)`` grid values."""
+    g = np.asarray(grid, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    out: list[tuple[float, float]] = []
+    start = None
+    for i, on in enumerate(m):
+        if on and start is None:
+            start = i
+        if start is not None and (not on or i == len(m) - 1):
+            end = i if on else i - 1
+            out.append((float(g[start]), float(g[end])))
+            start = None
+    return out
+
+
+@dataclass(frozen=True)
+class CurveJudgement:
+    """A deterministic curve contrast judged over a grid (see the module docstring).
+
+    ``holds`` and ``informative`` are lists of ``(low, high)`` grid ranges; ``share`` the share of
+    informative grid points where the claim holds; ``peak_at``/``peak`` the grid value and contrast
+    where the contrast is largest in absolute value (positive = the claimed direction).
+    """
+
+    claim: str
+    verdict: str
+    holds: list[tuple[float, float]]
+    informative: list[tuple[float, float]]
+    share: float
+    peak_at: float
+    peak: float
+
+    @staticmethod
+    def fmt(rs: list[tuple[float, float]], digits: int = 3) -> str:
+        """``"[0.005, 0.08] and [0.2, 0.3]"`` (or ``"nowhere"``)."""
+        if not rs:
+            return "nowhere"
+        return " and ".join(f"[{lo:.{digits}g}, {hi:.{digits}g}]" for lo, hi in rs)
+
+
+def judge_curve(claim: str, grid: Sequence[float], contrast, *, delta: float = 1e-3,
+                majority: float = 0.5) -> CurveJudgement:
+    """Judge a claim from a deterministic contrast curve (positive = the claim holds) on ``grid``.
+
+    Points with ``|contrast| <= delta`` are not informative (a tie).
+    """
+    c = np.asarray(contrast, dtype=np.float64)
+    inf = np.abs(c) > delta
+    holds = inf & (c > 0)
+    n_inf = int(inf.sum())
+    share = float(holds.sum() / n_inf) if n_inf else math.nan
+    if n_inf == 0:
+        verdict = "no effect"
+    elif share >= majority:
+        verdict = "reproduced"
+    elif share == 0:
+        verdict = "reversed"
+    else:
+        verdict = "inconclusive"
+    i = int(np.nanargmax(np.where(inf, np.abs(c), -1.0))) if n_inf else 0
+    return CurveJudgement(claim, verdict, ranges(grid, holds), ranges(grid, inf), share, float(np.asarray(grid)[i]),
+                          float(c[i]))

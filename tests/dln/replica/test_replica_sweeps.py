@@ -143,7 +143,7 @@ def test_phase_diagram_marks_infeasible_cells_and_full_overlap_prefers_pt_depend
     assert infeasible.best.isna().all() and np.isnan(infeasible.error_II).all()
     same = df[(df.overlap == 1.0) & (df.ratio == 1.0)].iloc[0]
     new = df[(df.overlap == 0.0) & (df.ratio == 1.0)].iloc[0]
-    assert same.best == "II"  # spec §5.6(c) at alpha = 0.2: II wins when FT reuses all PT features
+    assert same.best == "II"  # at alpha = 0.2 II wins when FT reuses all PT features (docs/dln.md)
     assert new.best in ("I", "IV") and new.error_I < new.error_II
 
 
@@ -154,5 +154,5 @@ def test_report_lorder_part_checks_the_trade_off(tmp_path):
 
     md = run(ReportContext(out_dir=tmp_path, figures=("lorder",), workers=1))
     assert "![](replica/lorder.png)" in md and (tmp_path / "replica" / "lorder.png").exists()
-    assert "not reproduced" not in md and md.count("**reproduced**") == 2
+    assert "| fails |" not in md and md.count("| holds |") == 2
     assert "### Fig. 3" not in md  # only the requested figure

@@ -191,7 +191,7 @@ def simulate_point(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
         res = simulate_ptft(spec, c=c, lam=lam, gamma=gamma, alpha_pt=alpha_pt, alpha=alpha, dim=dim, seed=seed,
                             method=method)
         return {"sim_error": float(res.error), "sim_converged": bool(getattr(res, "converged", True))}
-    from ftlab.dln.replica.prior import check_scales
+    from ftlab.dln.bias import check_scales
 
     check_scales(c=c, lam=lam, gamma=gamma)
     try:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftlab.core.validate import check_nonnegative, check_positive, check_range
+from ftlab.core.validate import check_positive, check_range
+from ftlab.dln.bias import check_scales
 from ftlab.dln.replica.expect import Mixture, QuadratureExpectation, normal_rule
 from ftlab.dln.replica.scalar import prox_qk
 from ftlab.dln.replica.solver import FixedPoint, solve_point
@@ -49,13 +50,6 @@ def k_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
         return (2.0 * (1.0 + lam) * (c + np.hypot(c, b)) + gamma**2) ** 2
 
 
-def check_scales(*, c: float, lam: float, gamma: float) -> None:
-    """Validate the initialization scales; ``lam = -1, gamma = 0`` is the k = 0 (pure l1) limit."""
-    check_positive("c", c)
-    check_range("lam", lam, -1.0, 1.0)
-    check_nonnegative("gamma", gamma)
-    if lam == -1.0 and gamma == 0.0:
-        raise ValueError("lam=-1.0 with gamma=0 gives k=0 (the pure l1 limit): use lam > -1 or gamma > 0")
 
 
 @dataclass(frozen=True)
