@@ -3,9 +3,10 @@
 Measured side by side in one run and written to the ``replica`` section of docs/benchmarks.md:
 
 1. An 80-point learning curve (alpha in linspace(0.01, 0.5, 80); rho_PT = rho_FT = 0.1, omega = 0.5,
-   a_PT = 1, c = 1e-3, lambda = 0, gamma = 0: the setting of the authors' stored curve, spec §5.6(a)):
+   a_PT = 1, c = 1e-3, lambda = 0, gamma = 0: the setting of the authors' stored curve
+   EXPERIMENT1replica_ptft_curves.csv in github.com/Nico31415/toy-unlearning):
    * ftlab: composite Gauss-Legendre quadrature (800 nodes) + Newton, forward and backward continuation;
-   * ftlab with the spec's 201-node Gauss-Hermite rule;
+   * ftlab with a 201-node Gauss-Hermite rule;
    * the authors' approach: Monte Carlo with 80,000 samples per expectation (their sampler, seed 0),
      damped fixed-point iteration (damping 0.25, tol 1e-6, <= 900 iterations, lambda_reg = 1e-6),
      forward and backward continuation. Too slow to run whole on 2 shared cores: a subset of

@@ -24,7 +24,7 @@ def test_bounds_hold_everywhere(c, lam, gamma, b_pt, b_ft):
 
 
 def test_closed_forms_equal_numerical_log_derivatives():
-    # Independent computation: finite differences of log q_k in log|beta_FT| and log|beta_PT| (spec §4.1).
+    # Independent computation: finite differences of log q_k in log|beta_FT| and log|beta_PT| (docs/dln.md).
     rng = np.random.default_rng(0)
     h = 1e-5
     for _ in range(40):
@@ -67,7 +67,7 @@ def test_limits_of_l_and_lambda_independence_of_the_ratio():
     for t in (1e6, 1e12):
         val = l_order(t / 2, 0.0, c=0.25, lam=0.0, gamma=0.0)
         assert val == pytest.approx(1 + 1 / (np.log(2 * t) - 1), rel=2e-3)
-    # at gamma = 0 the ratio k(active)/k(inactive) does not depend on lam (spec §3.2)
+    # at gamma = 0 the ratio k(active)/k(inactive) does not depend on lam (docs/dln.md)
     ratios = [k_from_pt(5.0, c=0.1, lam=lam, gamma=0.0) / k_from_pt(0.0, c=0.1, lam=lam, gamma=0.0)
               for lam in (-0.9, 0, 0.7)]
     np.testing.assert_allclose(ratios, ratios[0], rtol=1e-12)

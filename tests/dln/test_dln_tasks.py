@@ -20,7 +20,7 @@ def test_conditional_parametrization_round_trips(rho_pt, rho_shared, rho_new):
     assert spec.rho_ft == pytest.approx(rho_pt * rho_shared + (1 - rho_pt) * rho_new)
     p = spec.group_probabilities()
     assert p.sum() == pytest.approx(1.0) and np.all(p >= 0)
-    # group table of spec §2.2, computed from the conditional probabilities directly
+    # the four-group table (docs/dln.md), computed from the conditional probabilities directly
     expected = [rho_pt * rho_shared, (1 - rho_pt) * rho_new, rho_pt * (1 - rho_shared), (1 - rho_pt) * (1 - rho_new)]
     np.testing.assert_allclose(p, expected, atol=1e-12)
     if spec.rho_ft > 1e-9:

@@ -35,7 +35,7 @@ def metrics(c, lam, gamma, beta_pt, beta_ft, fmt):
     """l-order, pretraining dependence (PD) and regime (I-IV) of a setting.
 
     \b
-    For one coordinate with FT geometry k(|beta_PT|) (Theorem 4.1 of arXiv 2602.20062):
+    For one coordinate with FT geometry k(|beta_PT|) (the implicit-bias theorem of arXiv 2602.20062):
       l_order = d log q_k(beta_FT) / d log |beta_FT|   in [1, 2]   (1: l1/rich, 2: l2/lazy)
       pd      = d log q_k(beta_FT) / d log |beta_PT|   in [-1, 0]  (-1: fully PT-dependent)
     and the regime: I rich/PT-independent, II lazy/PT-dependent, III lazy/PT-independent,

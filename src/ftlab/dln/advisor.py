@@ -5,12 +5,12 @@ generalization error ``E_g`` for any task statistics and initialization, so the 
 can be *searched*. :func:`advise` scans a grid of ``(c, lam, gamma)`` (warm-starting the fixed point
 along the grid), refines the best point with Nelder-Mead in transformed coordinates
 (``log c``, ``log(1 + lam)``, ``log(gamma + 1e-8)``), and also reports the error at the four regime
-corners used in the paper's regime comparison (c = 1e-3; spec §4.2):
+corners :data:`ftlab.dln.regimes.REGIME_CORNERS` (c = 1e-3):
 
-    I  (rich, PT-independent):  lam = -0.999999, gamma = 1e-6
-    II (lazy, PT-dependent):    lam = 0,         gamma = 0
-    III (lazy, PT-independent): lam = 0,         gamma = 10
-    IV (rich, PT-dependent):    lam = -0.99,     gamma = 0
+    I  (rich, PT-independent):  lam = -1,    gamma = 1e-3   (sqrt(k) = gamma^2 on every coordinate)
+    II (lazy, PT-dependent):    lam = 0,     gamma = 0
+    III (lazy, PT-independent): lam = 0,     gamma = 10
+    IV (rich, PT-dependent):    lam = -0.99, gamma = 0
 
 The regime of a setting is the one of :func:`ftlab.dln.regimes.metrics` at ``|beta_PT| = a_pt``
 (typical PT magnitude) and ``|beta_FT| = 1/sqrt(rho_FT)`` (typical FT magnitude) -- a convention of

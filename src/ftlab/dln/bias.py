@@ -8,7 +8,8 @@ invariants ``(lambda_e+, lambda_e-, c)`` converges (when it interpolates) to
 with ``k_d = (lambda_e+ - lambda_e-)^2 + 4 c_d^2`` (Azulay et al. 2021, ICML, "On the implicit bias
 of initialization shape"; Woodworth et al. 2020, COLT, "Kernel and rich regimes in
 overparametrized models"). After pretraining (PT) and the fine-tuning (FT) reset, ``k_d`` depends on
-the PT solution through :func:`k_from_pt` (Anguita et al. 2026, arXiv 2602.20062, Theorem 4.1).
+the PT solution through :func:`k_from_pt` (the implicit-bias theorem of Anguita et al. 2026, arXiv
+2602.20062; derivation in docs/dln.md).
 
 Every function here is numpy-vectorized (broadcasting ``z`` against ``k``), works in float64 and
 is numerically stable for ``k`` in ``[1e-20, 1e6]`` and large ``|z|``: no ``sqrt(1 + t^2)`` is
@@ -152,7 +153,7 @@ def check_scales(*, c, lam, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def c_ft_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:
     """Per-coordinate FT invariant ``c_FT,d = sqrt(k_d)/2`` after PT and the FT reset.
 
-    ``c_FT,d = (1 + lam)(c + sqrt(c^2 + beta_PT,d^2)) + gamma^2 / 2`` (spec §1.3, §3.2), which equals
+    ``c_FT,d = (1 + lam)(c + sqrt(c^2 + beta_PT,d^2)) + gamma^2 / 2`` (docs/dln.md), which equals
     ``(w+_PT + w-_PT)^2 + gamma^2/2`` for the summed first layer and readout ``gamma/sqrt(2)``.
     Only ``|beta_PT|`` enters. All arguments broadcast (scales may be arrays too).
     """
@@ -163,7 +164,7 @@ def c_ft_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:
 
 
 def k_from_pt(beta_pt, *, c, lam, gamma) -> np.ndarray:
-    """FT geometry ``k_d`` from the PT solution (Anguita et al. 2026, Theorem 4.1).
+    """FT geometry ``k_d`` from the PT solution (the implicit-bias theorem of arXiv 2602.20062).
 
     ``k_d = (2 c (1 + lam)(1 + sqrt(1 + (beta_PT,d / c)^2)) + gamma^2)^2``.
 

@@ -1,4 +1,4 @@
-"""The two-layer diagonal linear network with a +/- pathway decomposition (spec §1).
+"""The two-layer diagonal linear network with a +/- pathway decomposition (arXiv 2602.20062).
 
 ``beta = v+ * w+ - v- * w-`` (elementwise); ``w+-`` is the first ("earlier", feature) layer,
 ``v+-`` the readout. Per coordinate, gradient flow with ``g = -dL/dbeta`` reads
@@ -15,14 +15,15 @@ which is :func:`rotate`. It preserves the three conserved quantities
 ``B = w+ v+ - w- v-`` at time 0. For a balanced start (``A = c``, ``B = 0``) this is
 ``beta = (sqrt(k)/2) sinh(2a)``, ``k = 4 c^2``: the mirror map of :mod:`ftlab.dln.bias`.
 
-Conventions (spec §1.2-1.4):
+Conventions (docs/dln.md; the authors' public code is github.com/Nico31415/toy-unlearning):
 
 * PT init from the absolute scale ``c > 0`` and the *normalized* relative scale ``lam in [-1, 1]``:
   ``w+- = sqrt(c (1 + lam)/2)``, ``v+- = sqrt(c (1 - lam)/2)``. The authors' code uses the
   unnormalized ``lambda_u = lam * c``; the later unlearning note uses ``lambda_u = -lam * c``.
 * FT reset [U: the authors' code convention, not confirmed in the paper's text]: first layer
   re-balanced to the *sum* of the pathways, ``w+- <- w+ + w-``; readout re-initialized to
-  ``v+- <- gamma / sqrt(2)``. This reproduces the paper's k_d formula (Theorem 4.1).
+  ``v+- <- gamma / sqrt(2)``. This gives the k_d formula of the paper's implicit-bias theorem
+  (:func:`ftlab.dln.bias.k_from_pt`; checked against gradient flow in ``tests/dln``).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def oracle_pt(beta_pt, *, c: float, lam: float) -> Weights:
 
     The flow from the balanced init only rotates each coordinate (:func:`rotate`), and
     ``beta = c sinh(2a)`` there, so the PT endpoint is the rotation by ``a_d = asinh(beta_PT,d / c)/2``.
-    This equals the paper's hyperbolic construction (spec §1.4) and keeps the invariants
+    This equals the hyperbolic construction of the authors' public code (the "infinite-PT oracle") and keeps the invariants
     ``(c, lam)`` of the init exactly.
     """
     b = np.asarray(beta_pt, dtype=np.float64)

@@ -1,10 +1,11 @@
 """Pretrain-then-fine-tune simulation of the diagonal network, checked against its implicit bias.
 
 :func:`simulate_ptft` samples a task (:mod:`ftlab.dln.tasks`), pretrains (the exact "infinite-PT"
-oracle of spec §1.4 by default, or gradient flow / GD on ``round(alpha_pt D)`` PT samples),
+oracle of the authors' public code by default, or gradient flow / GD on ``round(alpha_pt D)`` PT samples),
 applies the FT reset (:func:`ftlab.dln.model.ft_reset`), fine-tunes on ``round(alpha D)`` samples
 and compares the result with the implicit-bias prediction ``argmin Q_k s.t. X beta = y``
-(Anguita et al. 2026, arXiv 2602.20062, Theorem 4.1), where ``k`` is read off the FT start.
+(the implicit-bias theorem of Anguita et al. 2026, arXiv 2602.20062), where ``k`` is read off the FT
+start.
 """
 
 from __future__ import annotations

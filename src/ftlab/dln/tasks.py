@@ -1,6 +1,6 @@
 """Teacher-student tasks for pretraining (PT) then fine-tuning (FT) a diagonal linear network.
 
-The data model of Anguita et al. 2026 (arXiv 2602.20062), spec §2: sparse teachers
+The data model of Anguita et al. 2026 (arXiv 2602.20062; details in docs/dln.md): sparse teachers
 ``beta*_PT`` and ``beta*_FT`` in R^D whose supports overlap, Gaussian inputs
 ``X_ij ~ N(0, 1/D)`` (so the test MSE equals ``||beta_hat - beta*||^2 / D``), labels
 ``y = X beta* + sigma * noise``, ``N = round(alpha * D)`` samples.
@@ -32,7 +32,7 @@ GROUPS = ("shared", "new", "pt_only", "none")
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Statistics of a PT -> FT teacher pair (spec §2.2). Validated on construction.
+    """Statistics of a PT -> FT teacher pair (docs/dln.md). Validated on construction.
 
     rho_pt : fraction of PT-active coordinates, in [0, 1].
     rho_ft : fraction of FT-active coordinates, in [0, 1].
@@ -89,7 +89,7 @@ class TaskSpec:
 
     @classmethod
     def from_conditional(cls, *, rho_pt: float, rho_shared: float, rho_new: float, **kw) -> TaskSpec:
-        """Build from the paper's conditional probabilities (spec §2.2).
+        """Build from the paper's conditional probabilities (docs/dln.md).
 
         rho_shared = P(FT-active | PT-active), rho_new = P(FT-active | PT-inactive), each in [0, 1].
         Extra keywords go to the constructor.

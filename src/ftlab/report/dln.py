@@ -170,10 +170,10 @@ def run(ctx) -> str:
                  f"Lines: replica theory over {len(sz.alphas)} log-spaced alphas in [0.005, 0.5] (rho_PT = 0.1, a_PT = 1 "
                  f"[U], c = {CORNER_C:g}); dots: the exact FT interpolator on sampled problems (D = {sz.dim}, "
                  f"{len(sz.seeds)} seeds, mean and 95% interval); shaded: where the claimed regime has the lowest theory "
-                 "error. A claim is judged on the *informative* alpha range, where the claimed regime and its best competitor "
-                 "differ by more than 1e-3 (at large alpha the rich regimes all recover the teacher and tie): reproduced "
-                 "if it holds on at least half of that range (log-alpha measure), reversed if nowhere, inconclusive in "
-                 "between ""(`ftlab.experiments.verdicts.judge_curve`).", ""]
+                 "error. A claim is judged on the *informative* alpha range, where the claimed regime and its best "
+                 "competitor differ by more than 1e-3 (at large alpha the rich regimes all recover the teacher and tie): "
+                 "reproduced if it holds on at least half of that range (log-alpha measure), reversed if nowhere, "
+                 "inconclusive in between (`ftlab.experiments.verdicts.judge_curve`).", ""]
         agree_frames.append(D.agreement(theory, sims, D.corner_settings()))
     if ctx.wants("imperfect"):
         settings = D.imperfect_settings()

@@ -1,4 +1,4 @@
-"""Replica theory of the fine-tuning error in diagonal linear networks (arXiv 2602.20062, spec §5).
+"""Replica theory of the fine-tuning error in diagonal linear networks (arXiv 2602.20062; docs/replica.md).
 
 High-dimensional limit ``D -> inf`` at fixed ``alpha = N_FT / D``: the interpolator
 ``argmin Q_k(beta) s.t. X beta = y`` (the endpoint of FT gradient flow) has per-coordinate error

@@ -2,14 +2,14 @@
 
 :func:`learning_curve` solves the replica equations on a grid of sample ratios with warm starts,
 forward *and* backward (continuation in both directions). Where the two passes land on different
-fixed points the curve has several branches: the row keeps the lower-error one (the authors' rule,
-spec §5.5), says which pass found it (``branch = "forward" | "backward"``) and sets
+fixed points the curve has several branches: the row keeps the lower-error one (the rule of the
+authors' public replica code), says which pass found it (``branch = "forward" | "backward"``) and sets
 ``n_branches = 2``; otherwise ``branch = "unique"``. Unconverged points are kept and flagged
 (``converged = False``), never dropped.
 
 :func:`simulate_curve` measures the same quantity on sampled problems of finite dimension ``D``:
 the exact fine-tuning interpolator (``method="implicit"``: ``argmin Q_k s.t. X beta = y`` with the
-``k`` of Theorem 4.1, which gradient flow converges to) or A's gradient-flow / gradient-descent
+``k`` of the paper's implicit-bias theorem, which gradient flow converges to) or A's gradient-flow / gradient-descent
 simulation (``method="flow" | "gd"``), over seeds, through :func:`ftlab.core.sweep.run_sweep`.
 """
 
@@ -130,7 +130,7 @@ def learning_curve(spec, *, c: float, lam: float, gamma: float, alphas, alpha_pt
     spec : :class:`ftlab.dln.tasks.TaskSpec` (sparsities, overlap, PT magnitudes, FT label noise
     ``spec.noise``, PT label noise ``spec.pt_noise``). c, lam, gamma : PT absolute scale (> 0), PT
     relative scale (normalized, [-1, 1]) and FT readout re-initialization scale (>= 0).
-    alpha_pt : PT sample ratio for imperfect pretraining (``None``: oracle PT, spec §1.4).
+    alpha_pt : PT sample ratio for imperfect pretraining (``None``: oracle PT).
     lambda_reg : explicit regularization (0 = the interpolator gradient flow reaches).
     Other options: see :func:`make_expectation` and :func:`solve_curve`.
 
@@ -177,8 +177,8 @@ def simulate_point(*, rho_pt: float, rho_ft: float, overlap: float, c: float, la
     """FT test error ``||beta_hat - beta*_FT||^2 / D`` of one sampled problem (top-level, picklable).
 
     method : ``"implicit"``: the exact interpolator ``argmin Q_k s.t. X beta = y`` (the endpoint of FT
-    gradient flow, Theorem 4.1), with ``k`` from the PT teacher (oracle PT) or from the PT
-    interpolator ``argmin Q_{4c^2}`` on the sampled PT data (``alpha_pt`` given; spec §2.3);
+    gradient flow, by the paper's implicit-bias theorem), with ``k`` from the PT teacher (oracle PT) or from the PT
+    interpolator ``argmin Q_{4c^2}`` on the sampled PT data (``alpha_pt`` given);
     ``"flow"`` / ``"gd"``: :func:`ftlab.dln.simulate.simulate_ptft` (gradient flow / descent of the
     network itself). Teachers use ``support="exact"`` (supports of exact size, the authors' code).
     """

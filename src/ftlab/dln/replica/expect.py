@@ -3,14 +3,14 @@
 The prior of ``(beta*, k)`` is a finite mixture of *components* ``j`` (:class:`Mixture`): with
 probability ``p_j``, ``beta* ~ N(mu_j, v_j)`` (``v_j = 0``: a point mass) and the geometry is ``k_j``.
 The scalar channel observes ``z = beta* + sqrt(theta0) xi``. Within a component, Gaussian conditioning
-(spec §5.5) gives ``z ~ N(mu, v + theta0)``, ``E[beta*|z] = mu + r (z - mu)`` with ``r = v/(v+theta0)``
+gives ``z ~ N(mu, v + theta0)``, ``E[beta*|z] = mu + r (z - mu)`` with ``r = v/(v+theta0)``
 and ``Var(beta*|z) = v theta0/(v + theta0)``, so every expectation is a 1-D integral over ``z``:
 
     A = E[d eta/dz],    B = E[(eta - beta*)^2] = E_z[(eta(z) - E[beta*|z])^2] + v theta0/(v + theta0).
 
 :class:`QuadratureExpectation` integrates over ``z`` with a fixed rule for the standard normal
 (probabilists' Gauss-Hermite by default); :class:`MonteCarloExpectation` averages over samples
-``(beta*_i, k_i, xi_i)`` (the authors' approach, spec §5.5). Both return ``A``, ``B`` and their
+``(beta*_i, k_i, xi_i)`` (the approach of the authors' public replica code). Both return ``A``, ``B`` and their
 exact partial derivatives in ``theta0`` and ``theta`` (for Newton's method).
 """
 
@@ -143,7 +143,7 @@ class QuadratureExpectation:
 
 
 class MonteCarloExpectation:
-    """Sample averages over ``(beta*_i, k_i, xi_i)``, i = 1..mc (the authors' approach, spec §5.5)."""
+    """Sample averages over ``(beta*_i, k_i, xi_i)``, i = 1..mc (the approach of the authors' public replica code)."""
 
     def __init__(self, beta: np.ndarray, k: np.ndarray, xi: np.ndarray):
         if not (beta.shape == k.shape == xi.shape) or beta.ndim != 1:

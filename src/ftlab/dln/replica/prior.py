@@ -1,15 +1,16 @@
-"""Joint law of ``(beta*_FT, k)`` for the replica equations (spec §2.2, §2.3, §5.4, §5.5).
+"""Joint law of ``(beta*_FT, k)`` for the replica equations (docs/replica.md).
 
 Each coordinate belongs to one of four groups (:meth:`TaskSpec.group_probabilities`): *shared*
 (PT- and FT-active), *new* (FT-active only), *pt_only*, *none*. FT values are N(0, 1/rho_FT) on
 FT-active coordinates, independent of PT values. The FT geometry is ``k_d = K(|beta_PT,d|)``
-(Theorem 4.1, :func:`ftlab.dln.bias.k_from_pt`), where ``beta_PT`` is
+(:func:`ftlab.dln.bias.k_from_pt`), where ``beta_PT`` is
 
 * the PT teacher itself (*oracle PT*, ``alpha_pt=None``; the authors' "infinite-PT" construction):
   ``a_pt`` on PT-active coordinates (``pt_magnitude="fixed"``) or N(0, a_pt^2/rho_pt)
   (``"gaussian"``: an extra quadrature dimension over ``beta_PT``);
-* or the PT *estimate* after imperfect pretraining (``alpha_pt`` given; spec §2.3): the single-task
-  scalar channel ``beta_hat_PT = eta(beta*_PT + sqrt(theta0_PT) Z'; theta_PT, 4 c^2)`` with
+* or the PT *estimate* after imperfect pretraining (``alpha_pt`` given; the construction of the
+  authors' public ``ptft_replica_imperfect_pt.py`` [U]): the single-task scalar channel
+  ``beta_hat_PT = eta(beta*_PT + sqrt(theta0_PT) Z'; theta_PT, 4 c^2)`` with
   ``(theta0_PT, theta_PT)`` the PT fixed point at ``alpha_pt`` and PT noise ``pt_noise``. Then every
   group (PT-inactive ones too: the PT estimate is nonzero there) gets a distribution of ``k``,
   integrated over ``z_PT ~ N(mu_PT, v_PT + theta0_PT)`` with the same normal rule.
@@ -37,7 +38,7 @@ GROUPS = ("shared", "new", "pt_only", "none")
 
 
 def k_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
-    """``k = (2 c (1+lam)(1 + sqrt(1 + (beta_PT/c)^2)) + gamma^2)^2`` (Theorem 4.1 of arXiv 2602.20062).
+    """``k = (2 c (1+lam)(1 + sqrt(1 + (beta_PT/c)^2)) + gamma^2)^2`` (the implicit-bias theorem of arXiv 2602.20062).
 
     Written as ``2 (1+lam)(c + hypot(c, beta_PT))`` to stay finite for ``|beta_PT| >> c``.
     """
@@ -169,11 +170,11 @@ def ft_prior(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None
 
 
 def single_task_prior(*, rho: float, c: float, a: float | None = None) -> Mixture:
-    """Training from scratch (spec §5.4): ``k = 4 c^2``; beta* Bernoulli(rho)-Gaussian with variance 1/rho.
+    """Training from scratch (docs/replica.md): ``k = 4 c^2``; beta* Bernoulli(rho)-Gaussian with variance 1/rho.
 
     ``a`` (optional): a fixed magnitude ``a`` on the support instead of the Gaussian slab.
     The relative scale lambda does not enter: single-task gradient flow from the symmetric init has
-    ``k = 4 c^2`` for every lambda (spec §1.2).
+    ``k = 4 c^2`` for every lambda (docs/dln.md).
     """
     check_range("rho", rho, 0.0, 1.0, lo_open=True)
     check_positive("c", c)
@@ -184,7 +185,7 @@ def single_task_prior(*, rho: float, c: float, a: float | None = None) -> Mixtur
 
 def sample_prior_mc(spec, *, c: float, lam: float, gamma: float, mc: int, seed: int,
                     alpha_pt: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Monte-Carlo draw of ``(beta*_FT, k, xi)`` reproducing the authors' sampler (spec §5.5, §10.5).
+    """Monte-Carlo draw of ``(beta*_FT, k, xi)`` reproducing the sampler of the authors' public replica code.
 
     ``rng = default_rng(seed)``; groups ``rng.choice(4, size=mc, p)``; normals (sd ``1/sqrt(rho_FT)``)
     for the FT-active entries in order; then ``mc`` standard normals ``xi``. Extra draws needed by

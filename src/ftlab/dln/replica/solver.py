@@ -1,4 +1,4 @@
-"""Replica-symmetric fixed point of the fine-tuning error (spec §5.3), solved robustly.
+"""Replica-symmetric fixed point of the fine-tuning error (docs/replica.md), solved robustly.
 
 Order parameters: the effective noise ``theta0`` and the effective regularization ``theta`` of the
 scalar channel ``z = beta* + sqrt(theta0) xi``, ``eta = prox_{theta q_k}(z)``. With
@@ -9,7 +9,7 @@ scalar channel ``z = beta* + sqrt(theta0) xi``, ``eta = prox_{theta q_k}(z)``. W
 
 and the generalization error is ``E_g = B`` (= alpha theta0 - sigma^2). Gradient flow converges to the
 *interpolator*, the ``lambda_reg -> 0+`` limit, where for ``alpha < 1`` the second equation becomes the
-degrees-of-freedom constraint ``A = alpha`` (spec §5.3, "interpolation-limit form"); no homotopy in
+degrees-of-freedom constraint ``A = alpha`` (the interpolation limit); no homotopy in
 ``lambda_reg`` is needed. We solve the two equations
 
     r1 = A - alpha (1 - lambda_reg/theta) = 0,      r2 = (sigma^2 + B) / (alpha theta0) - 1 = 0
@@ -24,7 +24,8 @@ For ``alpha >= 1`` and ``lambda_reg = 0`` the interpolator is unique in the nois
 (``E_g = 0``) and is ordinary least squares with noise: ``theta = 0``, ``theta0 = sigma^2/(alpha-1)``.
 
 The authors' scheme (damped fixed-point iteration, damping 0.25, tol 1e-6, <= 900 iterations,
-``lambda_reg = 1e-6``; spec §5.5) is available as :func:`solve_damped` for comparison.
+``lambda_reg = 1e-6``; ``experiments/diagonal/replica/ptft_replica_qk.py`` in
+github.com/Nico31415/toy-unlearning) is available as :func:`solve_damped` for comparison.
 """
 
 from __future__ import annotations
@@ -221,7 +222,9 @@ def solve_damped(
     tol: float = 1e-6,
     max_iter: int = 900,
 ) -> FixedPoint:
-    """The authors' damped fixed-point iteration (spec §5.5): the reference scheme for benchmarks.
+    """The authors' damped fixed-point iteration, the reference scheme for benchmarks.
+
+    (github.com/Nico31415/toy-unlearning, ``experiments/diagonal/replica/ptft_replica_qk.py``.)
 
     ``theta0 <- (1-d) theta0 + d (sigma^2 + B)/alpha``, ``theta <- (1-d) theta + d (lambda_reg + theta A/alpha)``
     until the relative change of both is below ``tol``; ``lambda_reg`` must be > 0. The reported
