@@ -16,6 +16,12 @@ Selection (``select``): ``None`` = every supported parameterized module (see
 :data:`SUPPORTED`); a glob string (``"blocks.*.mlp.*"``); a list of exact names (each must
 exist); or a predicate ``f(name, module) -> bool``.
 
+Bare parameter projections: a model may project with a parameter that belongs to no layer,
+``x @ P`` (OpenCLIP's ``visual.proj`` and ``text_projection``). ``params=["visual.proj"]`` records
+every ``x @ P`` / ``torch.matmul(x, P)`` / ``torch.mm(x, P)`` with that parameter as the right
+operand under the point name ``"visual.proj"`` (input ``x``, output ``x @ P``), through a
+:class:`torch.overrides.TorchFunctionMode` that is active only inside the block.
+
 Loud failures instead of silent ones: a recorded output modified in place afterwards (e.g. by
 ``ReLU(inplace=True)``) would yield the gradient *after* the nonlinearity, so
 :meth:`Captured.backward` raises naming the point.
@@ -35,7 +41,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["SUPPORTED", "Captured", "activations", "capture", "capture_points", "hook_count", "is_norm", "mha_points"]
+__all__ = ["SUPPORTED", "Captured", "activations", "capture", "capture_points", "hook_count", "is_norm", "mha_points",
+           "param_uses"]
 
 #: Module types whose inputs/outputs define transfer spaces (plus norm layers, see :func:`is_norm`).
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.MultiheadAttention)
@@ -227,9 +234,37 @@ def _mha_forward(cap: Captured, name: str):
     return forward
 
 
+_MATMULS = frozenset({torch.matmul, torch.mm, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.__matmul__})
+
+
+class _ParamMatmul(torch.overrides.TorchFunctionMode):
+    """Records ``x @ P`` for watched parameters ``P`` (right operand) under the parameter's name."""
+
+    def __init__(self, cap: Captured, watch: dict[int, tuple[str, torch.Tensor]]):
+        super().__init__()
+        self.cap, self.watch = cap, watch
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _MATMULS and len(args) >= 2:
+            hit = self.watch.get(id(args[1]))
+            if hit is not None and hit[1] is args[1] and isinstance(args[0], torch.Tensor):
+                self.cap._record(hit[0], args[0], out)
+                self.cap.meta[hit[0]]["uses"] = self.cap.meta[hit[0]].get("uses", 0) + 1
+        return out
+
+
+def param_uses(cap: Captured, name: str) -> int:
+    """How many times the bare parameter ``name`` was used as ``x @ P`` since the capture began."""
+    return int(cap.meta.get(name, {}).get("uses", 0))
+
+
 @contextlib.contextmanager
-def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool = True) -> Iterator[Captured]:
+def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool = True,
+            params=()) -> Iterator[Captured]:
     """Record inputs and outputs of the selected points of ``model`` while the block runs.
+
+    ``params``: names of 2-D parameters used as bare projections ``x @ P`` (see the module docstring).
 
     Examples
     --------
@@ -243,6 +278,18 @@ def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool
     cap = Captured(record_inputs=inputs, record_outputs=outputs)
     handles = []
     patched: list[nn.Module] = []
+    all_params = dict(model.named_parameters())
+    watch: dict[int, tuple[str, torch.Tensor]] = {}
+    for pname in params:
+        if pname not in all_params:
+            raise ValueError(f"params: {pname!r} is not a parameter of the model")
+        if all_params[pname].ndim != 2:
+            raise ValueError(f"params: {pname!r} has shape {tuple(all_params[pname].shape)}; a projection x @ P needs a "
+                             "2-D parameter")
+        watch[id(all_params[pname])] = (pname, all_params[pname])
+        cap.modules[pname] = model
+        cap.meta[pname] = {"uses": 0}
+    mode = _ParamMatmul(cap, watch) if watch else contextlib.nullcontext()
     try:
         for name, mod in _select(model, select).items():
             if isinstance(mod, nn.MultiheadAttention):
@@ -261,7 +308,8 @@ def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool
                 cap._record(_name, inp, out)
 
             handles.append(mod.register_forward_hook(hook, with_kwargs=True))
-        yield cap
+        with mode:
+            yield cap
     finally:
         for h in handles:
             h.remove()

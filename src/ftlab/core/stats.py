@@ -18,8 +18,14 @@ Sums are held in float64. How each batch product is formed (``batch_dtype``):
   rounding error of a single ``flush_rows``-row product.
 * ``torch.float64``: rows are converted and multiplied in float64 (exact float64 streaming).
 
+Every accumulator also holds ``sum_n |x_n|^2`` (``Moments.sq_sum``, float64, O(rows x width) to form)
+and the *precision* of what it summed (:attr:`Moments.eps`, :attr:`CrossMoments.eps`): the machine
+epsilon of the coarsest rows it saw or products it formed (float32 rows, or float32 staging, give
+float32's epsilon even though the sums are float64). A rank judged from these sums must use that
+epsilon: float32 rounding is not signal.
+
 With ``kernel=True`` the accumulators also hold the row-norm sums that the unbiased HSIC estimator
-of Song et al. (2012) needs (``sum_n |x_n|^2 x_n``, ``sum_n |x_n|^2``, ``sum_n |x_n|^4`` and, for a
+of Song et al. (2012) needs (``sum_n |x_n|^2 x_n``, ``sum_n |x_n|^4`` and, for a
 pair, ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n``, ``sum_n |a_n|^2 |b_n|^2``).
 
 This is ftlab's one streaming-moments implementation: :mod:`ftlab.transfer` fits its Procrustes maps
@@ -33,7 +39,14 @@ import math
 
 import torch
 
-__all__ = ["Moments", "CrossMoments"]
+__all__ = ["CrossMoments", "Moments", "cross_moments_nbytes"]
+
+
+def cross_moments_nbytes(dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype | None = None) -> int:
+    """Bytes a :class:`CrossMoments` of these widths holds once allocated (float64 sums plus float32 staging buffers)."""
+    staged = batch_dtype is None or batch_dtype == torch.float32
+    shapes = [(dim_a, dim_b)] + ([(dim_a, dim_a), (dim_b, dim_b)] if second else [])
+    return sum((8 + (4 if staged else 0)) * p * q for p, q in shapes)
 
 
 class _Product:
@@ -49,6 +62,8 @@ class _Product:
         self._total: torch.Tensor | None = None
         self._stage: torch.Tensor | None = None
         self._staged = 0
+        #: machine epsilon of the coarsest product formed so far (0 before the first product)
+        self.eps = 0.0
 
     def _add_total(self, m: torch.Tensor) -> None:
         if self._total is None:
@@ -59,6 +74,7 @@ class _Product:
     def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
         if self.batch_dtype is None and a.dtype != torch.float64 and b.dtype != torch.float64:
             a32, b32 = a.to(torch.float32), b.to(torch.float32)
+            self.eps = max(self.eps, torch.finfo(torch.float32).eps)
             if self._stage is None:
                 self._stage = a32.T @ b32
             else:
@@ -69,6 +85,7 @@ class _Product:
             return
         dt = self.batch_dtype or torch.float64
         a, b = a.to(dt), b.to(dt)
+        self.eps = max(self.eps, torch.finfo(dt).eps)
         if dt == torch.float64 and self._total is not None:
             self._total.addmm_(a.T, b)
         else:
@@ -84,6 +101,7 @@ class _Product:
 
     def merge(self, other: _Product) -> None:
         self.flush().add_(other.flush())
+        self.eps = max(self.eps, other.eps)
 
 
 def _as_rows(x, dim: int, name: str) -> torch.Tensor:
@@ -118,11 +136,13 @@ class Moments:
         self._sum: torch.Tensor | None = None  # allocated on the data's device by the first update
         self._gram = _Product(dim, dim, batch_dtype, flush_rows) if second else None
         self.kernel = bool(kernel)
-        #: with ``kernel``: ``sum_n |x_n|^2 x_n`` ``(dim,)``, ``sum_n |x_n|^2`` and ``sum_n |x_n|^4`` (float64;
-        #: zeros otherwise)
-        self.sq_weighted_sum = torch.zeros(self.dim, dtype=torch.float64)
+        #: ``sum_n |x_n|^2`` (float64; always accumulated)
         self.sq_sum = 0.0
+        #: with ``kernel``: ``sum_n |x_n|^2 x_n`` ``(dim,)`` and ``sum_n |x_n|^4`` (float64; zeros otherwise)
+        self.sq_weighted_sum = torch.zeros(self.dim, dtype=torch.float64)
         self.sq_sq_sum = 0.0
+        #: machine epsilon of the coarsest rows seen (0 before the first update)
+        self.row_eps = 0.0
 
     def _row_norms(self, x: torch.Tensor) -> torch.Tensor:
         x64 = x.to(torch.float64)
@@ -143,7 +163,14 @@ class Moments:
     def update(self, x) -> Moments:
         """Add the rows of ``x`` (``(n_rows, dim)``); returns ``self``."""
         x = _as_rows(x, self.dim, "x")
+        self._update(x)
+        return self
+
+    def _update(self, x: torch.Tensor, norms: torch.Tensor | None = None) -> torch.Tensor:
+        """Add checked rows; returns their squared norms (float64)."""
         self.n += x.shape[0]
+        if x.is_floating_point():
+            self.row_eps = max(self.row_eps, torch.finfo(x.dtype).eps)
         s = x.sum(0, dtype=torch.float64)
         if self._sum is None:
             self._sum = s
@@ -151,12 +178,12 @@ class Moments:
             self._sum += s
         if self._gram is not None:
             self._gram.add(x, x)
+        a = self._row_norms(x) if norms is None else norms
+        self.sq_sum += float(a.sum())
         if self.kernel:
-            a = self._row_norms(x)
             self.sq_weighted_sum = self.sq_weighted_sum.to(a.device) + a @ x.to(torch.float64)
-            self.sq_sum += float(a.sum())
             self.sq_sq_sum += float(a @ a)
-        return self
+        return a
 
     def merge(self, other: Moments) -> Moments:
         """Add the statistics of ``other`` (same ``dim``, gathered on other rows); returns ``self``."""
@@ -164,13 +191,19 @@ class Moments:
             raise ValueError("cannot merge Moments with a different dim, second-moment or kernel setting")
         self.n += other.n
         self._sum = self.sum + other.sum
+        self.row_eps = max(self.row_eps, other.row_eps)
+        self.sq_sum += other.sq_sum
         if self._gram is not None and other._gram is not None:
             self._gram.merge(other._gram)
         if self.kernel:
             self.sq_weighted_sum = self.sq_weighted_sum + other.sq_weighted_sum
-            self.sq_sum += other.sq_sum
             self.sq_sq_sum += other.sq_sq_sum
         return self
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon of the precision these sums were formed at (rows and Gram products)."""
+        return max(self.row_eps, self._gram.eps if self._gram is not None else 0.0)
 
     @property
     def mean(self) -> torch.Tensor:
@@ -227,11 +260,9 @@ class CrossMoments:
         b = _as_rows(b, self.b.dim, "b")
         if a.shape[0] != b.shape[0]:
             raise ValueError(f"a has {a.shape[0]} rows but b has {b.shape[0]}: rows must be aligned one to one")
-        self.a.update(a)
-        self.b.update(b)
+        na, nb = self.a._update(a), self.b._update(b)
         self._cross.add(a, b)
         if self.kernel:
-            na, nb = self.a._row_norms(a), self.b._row_norms(b)
             self.b_sq_weighted_a = self.b_sq_weighted_a.to(na.device) + nb @ a.to(torch.float64)
             self.a_sq_weighted_b = self.a_sq_weighted_b.to(na.device) + na @ b.to(torch.float64)
             self.ab_sq_sum += float(na @ nb)
@@ -250,6 +281,19 @@ class CrossMoments:
             self.a_sq_weighted_b = self.a_sq_weighted_b + other.a_sq_weighted_b
             self.ab_sq_sum += other.ab_sq_sum
         return self
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon of the precision of these sums: the coarsest of the rows seen and the products formed.
+
+        Float32 rows (or float32 staging) give float32's epsilon: the sums are float64, but the
+        information in them is not finer than their inputs. 0 before the first update.
+        """
+        return max(self.a.eps, self.b.eps, self._cross.eps)
+
+    def nbytes(self) -> int:
+        """Bytes the accumulated matrices take once allocated (see :func:`cross_moments_nbytes`)."""
+        return cross_moments_nbytes(self.a.dim, self.b.dim, second=self.second, batch_dtype=self._cross.batch_dtype)
 
     def covariance(self, *, center: bool = False) -> torch.Tensor:
         """``A^T B`` or, with ``center``, ``A_c^T B_c`` (float64, ``(dim_a, dim_b)``)."""

@@ -12,8 +12,24 @@
   wider target (``d_A < d_B``): orthonormal rows, an isometric embedding; narrower target:
   orthonormal columns, a projection.
 * :func:`fit_map` adds optional centering and partial whitening
-  ``C <- S_AA^{-p} C S_BB^{-p}`` (``p`` in ``[0, 1/2]``; both off by default [U]) and warns when
-  the calibration rows are fewer than the width (the map is then partly arbitrary).
+  ``C <- S_AA^{-p} C S_BB^{-p}`` (``p`` in ``[0, 1/2]``; both off by default [U]), judges the rank of
+  ``C`` at the precision its sums were formed at, and fills the subspace ``C`` does not determine
+  by a documented completion rule (below), warning once per under-determined map with its rank.
+
+Completion rule (ftlab's, not the paper's). With ``C = U S V^T`` and ``r`` singular values above
+``tol = max(sqrt(eps), max(d_A, d_B) eps) s_max`` (``eps``: machine epsilon of the coarsest rows
+or products summed, float32's for float32 models), the map is
+fixed on the determined subspace, ``U_r V_r^T``; on the rest it is the best map of the same kind
+for the next statistic of a chain, restricted to the undetermined subspaces ``U_perp`` and
+``V_perp``: ``R = U_r V_r^T + U_perp polar(U_perp^T C_2 V_perp) V_perp^T``, recursively (the
+constrained Procrustes solution: the semi-orthogonal ``R`` that agrees with ``C`` where ``C``
+decides and maximises ``tr(R^T C_2)`` elsewhere). The chain ends with the pad/truncate map, so a
+model transferred to itself returns its task vector exactly with any number of calibration rows,
+and an exact re-coding of the source is recovered wherever some statistic of the chain sees it.
+Why ``sqrt(eps)`` and not ``matrix_rank``'s ``max(d) eps``: a polar factor's error on a singular
+direction is the perturbation of ``C`` (about ``eps s_max``) divided by its singular value, so
+directions kept at ``tol`` are mapped to about ``sqrt(eps)`` (1.5e-8 in float64, 3.5e-4 in
+float32); those below it are left to the completion rule rather than to rounding.
 """
 
 from __future__ import annotations
@@ -30,15 +46,15 @@ from ftlab.core.geometry import cka_from_moments
 from ftlab.core.stats import CrossMoments
 from ftlab.core.validate import check_choice, check_range
 
-__all__ = ["SEQ_ALIGN", "SeqAlign", "MapFit", "RankWarning", "align_tokens", "fit_map", "naive_map", "procrustes",
-           "to_tokens"]
+__all__ = ["SEQ_ALIGN", "AffineMoments", "MapFit", "RankWarning", "SeqAlign", "SumMoments", "align_tokens", "fit_map",
+           "naive_map", "procrustes", "to_tokens"]
 
 SeqAlign = Literal["identity", "interpolate", "interpolate2d", "mean", "cls"]
 SEQ_ALIGN: tuple[str, ...] = get_args(SeqAlign)
 
 
 class RankWarning(UserWarning):
-    """The cross-covariance behind a Procrustes map has fewer rows than the width."""
+    """The statistics behind a Procrustes map do not determine it on every dimension (rank < width)."""
 
 
 def to_tokens(t: torch.Tensor, kind: str, *, side: str, conv: tuple | None = None, seq_first: bool = False
@@ -49,6 +65,10 @@ def to_tokens(t: torch.Tensor, kind: str, *, side: str, conv: tuple | None = Non
     ``seq_first`` marks ``(T, B, d)`` tensors of linear/norm points (``batch_first=False`` models).
     """
     t = t.detach()
+    if kind == "depthwise":
+        if t.ndim != 4:
+            raise ValueError(f"depthwise point got a tensor of shape {tuple(t.shape)}: expected (B, C, H, W)")
+        return t.flatten(2).transpose(1, 2), (t.shape[2], t.shape[3])
     if kind == "conv2d":
         if t.ndim != 4:
             raise ValueError(f"conv2d point got a tensor of shape {tuple(t.shape)}: expected (B, C, H, W)")
@@ -184,9 +204,13 @@ class MapFit:
     pad/truncate map, ``cka`` the linear CKA of the two row sets (invariant to orthogonal maps:
     how alignable the spaces are at best), ``cka_naive``/``cka_fit`` the CKA of ``A M`` and ``B``
     for the pad/truncate map and the fitted map (they differ only when a map drops directions),
-    ``rank`` the numerical rank of the cross-covariance.
+    ``rank`` the numerical rank of the cross-covariance at ``precision`` (``"float64"`` or
+    ``"float32"``: the coarsest rows or products summed), ``dims`` the number of dimensions the map
+    has to fix (``min(d_A, d_B)``), ``completed`` the ``(statistic, dimensions)`` the completion rule
+    filled the other ``dims - rank`` from, in order. ``similarity`` is the Procrustes similarity
+    ``||A^T B||_* / (||A||_F ||B||_F)`` (1 when ``B = A R`` for an isometry ``R``; nan when whitened).
     ``converged``/``n_iter`` follow the library's solver convention (a closed-form SVD: always
-    ``True``/``1``; ``False`` only when the cross-covariance was zero and the naive map was used).
+    ``True``/``1``; ``False`` only when the cross-covariance was zero and the map is all completion).
     """
 
     R: torch.Tensor
@@ -200,40 +224,227 @@ class MapFit:
     cka_fit: float = math.nan
     converged: bool = True
     n_iter: int = 1
+    dims: int = 0
+    completed: tuple[tuple[str, int], ...] = ()
+    precision: str = "float64"
+    similarity: float = math.nan
 
 
-def fit_map(stats: CrossMoments, *, source: str, center: bool = False, whiten_p: float = 0.0,
-            eps: float = 1e-8, name: str = "") -> MapFit:
+class _Side:
+    """Column sums of one side of a derived statistic (what centering needs)."""
+
+    def __init__(self, total: torch.Tensor, n: int):
+        self.sum, self.n, self.dim = total, n, int(total.shape[0])
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.sum / max(self.n, 1)
+
+
+def _apply_left(M: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    return M[:, None] * C if M.ndim == 1 else M @ C
+
+
+class AffineMoments:
+    """Cross statistics of ``y_A = M_A x_A + c_A`` and ``y_B = M_B x_B + c_B``, derived exactly from those of ``x``.
+
+    ``base`` is a :class:`~ftlab.core.stats.CrossMoments` (or another derived statistic) of the rows
+    ``x``; ``M`` is a matrix ``(d_out, d_in)`` or a vector (a per-channel scale), ``c`` a vector or
+    None. Used for a layer's output activations when its input activations are collected anyway
+    (``Y_A^T Y_B = M_A X_A^T X_B M_B^T`` plus the bias terms), so they cost no calibration work.
+    Holds no second moments (residuals and CKA are nan).
+    """
+
+    second = False
+
+    def __init__(self, base, map_a: tuple[torch.Tensor, torch.Tensor | None],
+                 map_b: tuple[torch.Tensor, torch.Tensor | None]):
+        self.base = base
+        def f64(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.detach().to(torch.float64).cpu()
+
+        self.map_a: tuple[torch.Tensor, torch.Tensor | None] = (map_a[0].detach().to(torch.float64).cpu(), f64(map_a[1]))
+        self.map_b: tuple[torch.Tensor, torch.Tensor | None] = (map_b[0].detach().to(torch.float64).cpu(), f64(map_b[1]))
+        self._cov: dict[bool, torch.Tensor] = {}
+        n = base.n
+        self.a = _Side(self._side_sum(base.a.sum, self.map_a, n), n)
+        self.b = _Side(self._side_sum(base.b.sum, self.map_b, n), n)
+
+    @staticmethod
+    def _side_sum(s: torch.Tensor, m: tuple[torch.Tensor, torch.Tensor | None], n: int) -> torch.Tensor:
+        M, c = m
+        s = s.to(torch.float64).cpu()
+        out = M * s if M.ndim == 1 else M @ s
+        return out if c is None else out + n * c
+
+    @property
+    def n(self) -> int:
+        return self.base.n
+
+    @property
+    def eps(self) -> float:
+        return self.base.eps
+
+    def covariance(self, *, center: bool = False) -> torch.Tensor:
+        if center not in self._cov:
+            (Ma, ca), (Mb, cb) = self.map_a, self.map_b
+            C = self.base.covariance(center=center).to(torch.float64).cpu()
+            out = _apply_left(Mb, _apply_left(Ma, C).T).T  # M_A C M_B^T
+            if not center:
+                sa, sb, n = self.base.a.sum.to(torch.float64).cpu(), self.base.b.sum.to(torch.float64).cpu(), self.n
+                ya = Ma * sa if Ma.ndim == 1 else Ma @ sa
+                yb = Mb * sb if Mb.ndim == 1 else Mb @ sb
+                if cb is not None:
+                    out = out + torch.outer(ya, cb)
+                if ca is not None:
+                    out = out + torch.outer(ca, yb)
+                if ca is not None and cb is not None:
+                    out = out + n * torch.outer(ca, cb)
+            self._cov[center] = out
+        return self._cov[center].clone()
+
+    def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
+        return math.nan
+
+
+class SumMoments:
+    """Several cross statistics of the same pair of spaces, each scaled to unit Frobenius norm, summed.
+
+    A depthwise convolution's one channel map is fitted on its input activations and its output
+    gradients together this way (the two have unrelated scales). No second moments.
+    """
+
+    second = False
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+        n = sum(p.n for p in self.parts)
+        d_a, d_b = self.parts[0].a.dim, self.parts[0].b.dim
+        self.a = _Side(torch.zeros(d_a, dtype=torch.float64), n)
+        self.b = _Side(torch.zeros(d_b, dtype=torch.float64), n)
+
+    @property
+    def n(self) -> int:
+        return max(p.n for p in self.parts)
+
+    @property
+    def eps(self) -> float:
+        return max(p.eps for p in self.parts)
+
+    def covariance(self, *, center: bool = False) -> torch.Tensor:
+        total = None
+        for p in self.parts:
+            C = p.covariance(center=center).to(torch.float64).cpu()
+            f = float(torch.linalg.norm(C))
+            if f > 0:
+                total = C / f if total is None else total + C / f
+        return total if total is not None else self.parts[0].covariance(center=center).to(torch.float64).cpu() * 0
+
+    def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
+        return math.nan
+
+
+def _rtol(stats, da: int, db: int, rank_rtol: float | None) -> float:
+    if rank_rtol is not None:
+        return float(rank_rtol)
+    eps = float(getattr(stats, "eps", 0.0)) or torch.finfo(torch.float64).eps
+    return max(math.sqrt(eps), max(da, db) * eps)
+
+
+def _precision(stats) -> str:
+    eps = float(getattr(stats, "eps", 0.0))
+    return "float32" if eps >= torch.finfo(torch.float32).eps else "float64"
+
+
+def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: int, db: int, rank_rtol: float | None,
+              exact_identity: bool = False) -> tuple[torch.Tensor, list[tuple[str, int]]]:
+    """The part of the map on the undetermined subspaces ``span(Up)`` (A) and ``span(Vp)`` (B)."""
+    k = min(Up.shape[1], Vp.shape[1])
+    zero = torch.zeros(da, db, dtype=torch.float64)
+    if k == 0:
+        return zero, []
+    if not chain:  # nothing left to decide it: the SVD's own pairing of the bases (arbitrary)
+        return Up[:, :k] @ Vp[:, :k].T, [("svd", k)]
+    label, st = chain[0]
+    if st is None:  # the pad/truncate map
+        if exact_identity:
+            return naive_map(da, db), [(label, k)]
+        m = min(da, db)
+        M = Up[:m].T @ Vp[:m]
+        scale, tol_stats = 1.0, None
+    else:
+        C2 = st.covariance(center=center).to(torch.float64).cpu()
+        M = Up.T @ C2 @ Vp
+        scale, tol_stats = float(torch.linalg.norm(C2)), st
+    U2, s2, V2h = torch.linalg.svd(M, full_matrices=True)
+    tol = _rtol(tol_stats, da, db, rank_rtol) * scale
+    r2 = int((s2 > tol).sum()) if scale > 0 else 0
+    part = (Up @ U2[:, :r2]) @ (V2h[:r2] @ Vp.T)
+    rest, used = _complete(Up @ U2[:, r2:], Vp @ V2h[r2:].T, chain[1:], center=center, da=da, db=db,
+                           rank_rtol=rank_rtol)
+    return part + rest, ([(label, r2)] if r2 else []) + used
+
+
+def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, eps: float = 1e-8, name: str = "",
+            completion=(("naive", None),), rank_rtol: float | None = None) -> MapFit:
     """Procrustes map from streamed statistics, with optional centering and partial whitening.
 
-    Falls back to :func:`naive_map` (with a warning) when the cross-covariance is exactly zero,
-    e.g. when no gradient reaches the point.
+    ``completion`` is the chain of ``(label, statistic)`` (``statistic`` None = the pad/truncate
+    map) that fills the subspace the cross-covariance does not determine (see the module
+    docstring); ``()`` keeps the SVD's arbitrary choice there. ``rank_rtol`` overrides the relative
+    rank tolerance ``max(d_A, d_B) * eps``. A :class:`RankWarning` names the map and its rank
+    whenever the rank is below ``min(d_A, d_B)``.
     """
     check_range("whiten_p", whiten_p, 0.0, 0.5)
-    C = stats.covariance(center=center)
+    if rank_rtol is not None:
+        check_range("rank_rtol", rank_rtol, 0.0, 1.0)
+    C = stats.covariance(center=center).to(torch.float64)
     da, db = C.shape
+    k = min(da, db)
     naive = naive_map(da, db)
     res_naive = stats.residual(naive, center=center)
-    cka = cka_from_moments(stats)
+    cka = cka_from_moments(stats) if isinstance(stats, CrossMoments) else math.nan
+    prec = _precision(stats)
+    chain = tuple(completion)
+    how = ", ".join(label for label, _ in chain) or "the SVD's arbitrary choice"
     if not torch.any(C != 0):
         warnings.warn(f"{name}: the {source} cross-covariance is zero (no signal reached this point); "
-                      "using the pad/truncate map", RankWarning, stacklevel=2)
-        cka_naive = cka_from_moments(stats, naive)
-        return MapFit(naive, source, stats.n, 0, res_naive, res_naive, cka, cka_naive, cka_naive, converged=False, n_iter=0)
+                      f"completed with {how}", RankWarning, stacklevel=2)
+        R, used = _complete(torch.eye(da, dtype=torch.float64), torch.eye(db, dtype=torch.float64), chain, center=center,
+                            da=da, db=db, rank_rtol=rank_rtol, exact_identity=True)
+        cka_naive = cka_from_moments(stats, naive) if isinstance(stats, CrossMoments) else math.nan
+        return MapFit(R, source, stats.n, 0, stats.residual(R, center=center), res_naive, cka, cka_naive,
+                      cka_from_moments(stats, R) if isinstance(stats, CrossMoments) else math.nan, converged=False,
+                      n_iter=0, dims=k, completed=tuple(used), precision=prec)
+    similarity = math.nan
     if whiten_p > 0:
         if not stats.second:
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
         wa = _inv_power(stats.a.scatter(center=center), whiten_p, eps)
         C = wa @ C @ _inv_power(stats.b.scatter(center=center), whiten_p, eps)
-    U, sv, Vh = torch.linalg.svd(C.to(torch.float64), full_matrices=False)
-    rank = int((sv > sv[0] * max(da, db) * torch.finfo(torch.float64).eps).sum())
-    # Sums of float32 batch products carry rounding noise above the float64 threshold: the exact rank of a
-    # cross-covariance of n rows is at most n (n - 1 when centred), so the count is capped there.
+    U, sv, Vh = torch.linalg.svd(C, full_matrices=False)
+    if whiten_p == 0 and isinstance(stats, CrossMoments):
+        tra, trb = stats.a.sq_sum, stats.b.sq_sum
+        if center:
+            tra -= stats.n * float(stats.a.mean @ stats.a.mean)
+            trb -= stats.n * float(stats.b.mean @ stats.b.mean)
+        if tra > 0 and trb > 0:
+            similarity = float(sv.sum()) / math.sqrt(tra * trb)
+    rank = int((sv > sv[0] * _rtol(stats, da, db, rank_rtol)).sum())
+    # the exact rank of a cross-covariance of n rows is at most n (n - 1 when centred)
     rank = min(rank, max(stats.n - int(center), 0))
-    if stats.n < min(da, db) or rank < min(da, db):
-        warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank}) for widths {da} -> {db}; "
-                      "it is partly arbitrary (more calibration data helps unless the deficit is structural)", RankWarning,
-                      stacklevel=2)
-    R = (U @ Vh).cpu()  # = procrustes(C), from the same SVD (on the statistics' device)
+    used = []
+    if rank < k:
+        Uf, _, Vhf = torch.linalg.svd(C, full_matrices=True) if da != db else (U, sv, Vh)
+        R, used = _complete(Uf[:, rank:], Vhf[rank:].T, chain, center=center, da=da, db=db, rank_rtol=rank_rtol)
+        R = R + Uf[:, :rank] @ Vhf[:rank]
+        filled = ", ".join(f"{label} ({d})" for label, d in used) or "nothing"
+        warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank} of {k} at {prec} precision); "
+                      f"the other {k - rank} dimensions are completed with {filled}", RankWarning, stacklevel=2)
+    else:
+        R = U @ Vh  # = procrustes(C), from the same SVD (on the statistics' device)
+    R = R.cpu()
+    is_cm = isinstance(stats, CrossMoments)
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
-                  cka_from_moments(stats, naive), cka_from_moments(stats, R))
+                  cka_from_moments(stats, naive) if is_cm else math.nan, cka_from_moments(stats, R) if is_cm else math.nan,
+                  dims=k, completed=tuple(used), precision=prec, similarity=similarity)

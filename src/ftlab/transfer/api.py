@@ -5,8 +5,9 @@ Steps (BiCo, Son et al. 2026, arXiv:2605.28444):
 1. ``tau_A = theta_A^ft - theta_A^pre`` (strict: same names and shapes).
 2. Transport specs of A and B (:func:`~ftlab.transfer.spec.infer_spec`) and the depth map
    (:mod:`~ftlab.transfer.layer_map`), pairing every target capture point with a source point.
-3. One forward-backward pass of both frozen *base* models over the calibration batches,
-   streaming row statistics into float64 cross-covariances (:mod:`~ftlab.transfer.calibrate`).
+3. One forward-backward pass of both frozen *base* models over the calibration batches (forward
+   only for methods fitted on activations alone), streaming row statistics into float64
+   cross-covariances (:mod:`~ftlab.transfer.calibrate`).
 4. The method fits its maps (``prepare``) and maps ``tau_A`` onto B's parameters (``apply``).
 
 The models are never modified (training flags and ``requires_grad`` are restored).
@@ -14,8 +15,10 @@ The models are never modified (training flags and ``requires_grad`` are restored
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
+import itertools
 import logging
 import resource
 import time
@@ -26,15 +29,23 @@ import torch
 from torch import nn
 
 from ftlab.transfer.align import MapFit
-from ftlab.transfer.calibrate import collect_maps_stats, collect_target_grads, layer_cka_scores, paired_batches, peek
+from ftlab.transfer.calibrate import (
+    block_output_shapes,
+    collect_maps_stats,
+    collect_target_grads,
+    layer_cka_scores,
+    paired_batches,
+    peek,
+)
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, find_stacks
 from ftlab.transfer.methods import Method, get_method, list_methods
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import TransportSpec, infer_spec
 from ftlab.transfer.task_vector import TaskVector
+from ftlab.transfer.transport import as_vocab_map
 
-__all__ = ["TransferResult", "fit_transfer", "pair_points", "split_options", "transfer"]
+__all__ = ["TransferResult", "fit_transfer", "pair_points", "split_options", "target_entries", "transfer"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +71,8 @@ class TransferResult:
     """The target task vector and how it was obtained.
 
     ``fits[target_point] = (fit_in, fit_out)`` (:class:`~ftlab.transfer.align.MapFit` or None),
-    ``pairs[target_point] = source_point``; ``layer_map`` per stack; ``time_s`` wall time, split
+    ``pairs[target_point] = source_point``; ``layer_map`` per stack (``layer_stages``: the stages
+    ``stage_relative`` used, ``{path: [source ids, target ids]}``); ``time_s`` wall time, split
     in ``timings`` (``calibration_s``: the forward-backward pass with capture and statistics;
     ``fit_s``: all map solves; ``apply_s``: transport); ``peak_rss_mb`` the process's peak resident
     memory so far (``VmHWM``).
@@ -78,6 +90,7 @@ class TransferResult:
     source_norms: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     point_norms: dict = field(default_factory=dict)
+    layer_stages: dict = field(default_factory=dict)
 
     def layers(self) -> list[dict]:
         """One record per target capture point: map shapes, CKA, alignment residuals, delta norms."""
@@ -87,7 +100,10 @@ class TransferResult:
             for side, fit in zip(("in", "out"), self.fits.get(tp, (None, None))):
                 if isinstance(fit, MapFit):
                     rec.update({f"{side}_map": list(fit.R.shape), f"{side}_source": fit.source, f"{side}_rows": fit.n_rows,
-                                f"{side}_rank": fit.rank, f"{side}_cka": fit.cka, f"{side}_cka_naive": fit.cka_naive,
+                                f"{side}_rank": fit.rank, f"{side}_dims": fit.dims,
+                                f"{side}_completed": [list(c) for c in fit.completed],
+                                f"{side}_precision": fit.precision, f"{side}_similarity": fit.similarity,
+                                f"{side}_cka": fit.cka, f"{side}_cka_naive": fit.cka_naive,
                                 f"{side}_cka_fit": fit.cka_fit,
                                 f"{side}_residual_naive": fit.residual_naive, f"{side}_residual_fit": fit.residual})
             rec.update(self.point_norms.get(tp, {}))
@@ -96,7 +112,8 @@ class TransferResult:
 
     def report(self) -> dict:
         """A JSON-ready summary (the CLI writes it)."""
-        return {"method": self.method, "options": self.options, "layer_map": self.layer_map, "n_batches": self.n_batches,
+        return {"method": self.method, "options": self.options, "layer_map": self.layer_map,
+                "layer_stages": self.layer_stages, "n_batches": self.n_batches,
                 "time_s": self.time_s, "timings": self.timings, "peak_rss_mb": self.peak_rss_mb,
                 "source_norm": self.source_norms.get("total"),
                 "target_norm": self.task_vector.norm(), "layers": self.layers(),
@@ -176,37 +193,56 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
             raise ValueError(f"{name} must be a torch.nn.Module, got {type(mod).__name__}")
     if loss is not None and len(inspect.signature(loss).parameters) < 2:
         raise ValueError("loss must be a function loss(model, batch) -> scalar tensor")
+    if target_base is source_base or target_base is source_finetuned:
+        target_base = copy.deepcopy(target_base)  # the two models are captured separately
     tau_a = TaskVector.from_models(source_base, source_finetuned)
     bad = [k for k, v in tau_a.items() if not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"the source task vector is not finite at {bad[0]!r}")
     m = _resolve_method(method)
-    target_shapes = {k: tuple(p.shape) for k, p in target_base.named_parameters()}
-    cka = None
-    if opts.depth_map == "cka":
-        if loss is None:
-            raise ValueError("depth_map='cka' needs calibration batches and a loss")
-        for b in (batches, source_batches, target_batches):
-            if b is not None and iter(b) is b:
-                raise ValueError("depth_map='cka' needs re-iterable batches (a list or a DataLoader), "
-                                 "not a one-shot iterator")
+    target_shapes = target_entries(target_base)
+    needs_data = m.calibration is not None
+    if m.calibration is not None and m.needs_loss and loss is None:
+        raise ValueError(f"method {m.name!r} fits maps on gradients and needs a loss(model, batch) (and labels or another "
+                         "training signal); activation_only runs forward passes only")
+    for b in (batches, source_batches, target_batches):
+        if needs_data and b is not None and iter(b) is b and opts.depth_map in ("cka", "stage_relative"):
+            # the first batches are read twice (depth map, then calibration): keep them
+            if b is batches:
+                batches = _Replay(b)
+            elif b is source_batches:
+                source_batches = _Replay(b)
+            else:
+                target_batches = _Replay(b)
+    cka = shapes = None
+    have_data = batches is not None or source_batches is not None or target_batches is not None
+    common = None
+    if opts.depth_map in ("cka", "stage_relative") and have_data:
         pairs_iter, _ = paired_batches(batches, source_batches, target_batches)
-        head, _ = peek(pairs_iter, opts.cka_batches)
-        stacks = [p for p in find_stacks(target_base) if p in find_stacks(source_base)]
-        cka = layer_cka_scores(source_base, target_base, stacks, head, loss)
-    lmap: LayerMap = build_layer_map(source_base, target_base, opts.depth_map, cka_scores=cka)
-    m.check(tau_a, TransferProblem(lmap, target_shapes))
+        head, _ = peek(pairs_iter, opts.cka_batches if opts.depth_map == "cka" else 1)
+        stacks_a, stacks_b = find_stacks(source_base), find_stacks(target_base)
+        common = [p for p in stacks_b if p in stacks_a]
+        if opts.depth_map == "cka":
+            cka = layer_cka_scores(source_base, target_base, common, head, loss)
+        elif head:
+            shapes = block_output_shapes(source_base, target_base, common, head[0], loss)
+    elif opts.depth_map == "cka":
+        raise ValueError("depth_map='cka' needs calibration batches")
+    lmap: LayerMap = build_layer_map(source_base, target_base, opts.depth_map, cka_scores=cka, block_shapes=shapes,
+                                     stages=opts.stages, name_map=opts.name_map)
+    vocab = _vocab_maps(opts, source_base, target_base, lmap)
+    m.check(tau_a, TransferProblem(lmap, target_shapes, vocab_maps=vocab))
     stats = None
     pairs: dict[str, str] = {}
     n_batches = 0
     t_cal = time.perf_counter()
     if m.calibration == "maps":
-        if loss is None:
-            raise ValueError(f"method {m.name!r} needs calibration batches and a loss(model, batch)")
-        spec_a = infer_spec(source_base, zero_params=opts.zero_params, overrides=opts.source_overrides)
-        spec_b = infer_spec(target_base, zero_params=opts.zero_params, overrides=opts.target_overrides)
+        spec_a = infer_spec(source_base, zero_params=opts.zero_params, overrides=opts.source_overrides,
+                            norm_gain=opts.norm_gain)
+        spec_b = infer_spec(target_base, zero_params=opts.zero_params, overrides=opts.target_overrides,
+                            norm_gain=opts.norm_gain)
         pairs = pair_points(spec_a, spec_b, lmap)
-        problem = TransferProblem(lmap, target_shapes, spec_a, spec_b, pairs)
+        problem = TransferProblem(lmap, target_shapes, spec_a, spec_b, pairs, vocab_maps=vocab)
         reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
         pairs_iter, total = paired_batches(batches, source_batches, target_batches)
         stats, n_batches = collect_maps_stats(
@@ -215,19 +251,19 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
             pairs_iter=pairs_iter, total=total, loss=loss, seq_align=opts.seq_align, n_prefix=opts.n_prefix,
             padding_mask=opts.padding_mask, seq_first=opts.seq_first,
             second=opts.diagnostics or m.needs_second_moments, batch_dtype=opts.torch_batch_dtype,
-            train_mode=opts.train_mode, loss_reduction=opts.loss_reduction)
+            train_mode=opts.train_mode, loss_reduction=opts.loss_reduction, memory_limit=opts.memory_limit)
     elif m.calibration == "target_grads":
         if loss is None:
             raise ValueError(f"method {m.name!r} needs calibration batches and a loss(model, batch)")
         tb = target_batches if target_batches is not None else batches
         if tb is None:
             raise ValueError("batches is None: the method needs calibration batches")
-        problem = TransferProblem(lmap, target_shapes)
+        problem = TransferProblem(lmap, target_shapes, vocab_maps=vocab)
         total_tb = len(tb) if isinstance(tb, Sized) else None
         stats = collect_target_grads(target_base, tb, loss, total=total_tb)
         n_batches = stats["n_batches"]
     else:
-        problem = TransferProblem(lmap, target_shapes)
+        problem = TransferProblem(lmap, target_shapes, vocab_maps=vocab)
     t_fit = time.perf_counter()
     m.prepare(problem, stats)
     t_apply = time.perf_counter()
@@ -238,7 +274,75 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     record = {"transfer": opts.record(), "method": _method_record(m)}
     return TransferResult(task_vector=tau_b, method=m.name, options=record, layer_map=lmap.as_dict(), pairs=pairs,
                           fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
-                          source_norms={"total": tau_a.norm()}, timings=timings, point_norms=point_norms)
+                          source_norms={"total": tau_a.norm()}, timings=timings, point_norms=point_norms,
+                          layer_stages=lmap.describe()["stages"])
+
+
+class _Replay:
+    """A one-shot iterator made re-iterable for its first pass: the items read so far are replayed once."""
+
+    def __init__(self, it):
+        self._it = iter(it)
+        self._head: list = []
+        self._passes = 0
+
+    def __iter__(self):
+        self._passes += 1
+        if self._passes == 1:
+            return _Recorder(self._it, self._head)
+        return itertools.chain(self._head, self._it)
+
+
+class _Recorder:
+    def __init__(self, it, head: list):
+        self._it, self._head = it, head
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        x = next(self._it)
+        self._head.append(x)
+        return x
+
+
+def target_entries(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Shapes of the target entries a transfer may change: parameters and the running statistics of norm layers."""
+    from ftlab.core.hooks import is_norm
+
+    out = {k: tuple(p.shape) for k, p in model.named_parameters()}
+    for name, mod in model.named_modules():
+        if is_norm(mod):
+            for b, t in mod.named_buffers(recurse=False):
+                if b in ("running_mean", "running_var") and isinstance(t, torch.Tensor) and t.is_floating_point():
+                    out[f"{name}.{b}" if name else b] = tuple(t.shape)
+    return out
+
+
+def _vocab_maps(opts: TransferOptions, source: nn.Module, target: nn.Module, lmap: LayerMap) -> dict[str, torch.Tensor]:
+    """Validated vocabulary index maps for the target's embedding tables (see ``TransferOptions.vocab_map``)."""
+    vm = opts.vocab_map
+    if vm is None:
+        return {}
+    sp = dict(source.named_parameters())
+    tables = {f"{n}.weight" if n else "weight": m for n, m in target.named_modules() if isinstance(m, nn.Embedding)}
+    out: dict[str, torch.Tensor] = {}
+    if isinstance(vm, Mapping):
+        for name, idx in vm.items():
+            if name not in tables:
+                raise ValueError(f"vocab_map names {name!r}, which is not an embedding table of the target")
+            src = lmap.source_name(name)
+            if src is None or src not in sp:
+                raise ValueError(f"vocab_map: embedding {name!r} has no counterpart in the source")
+            out[name] = as_vocab_map(idx, int(sp[src].shape[0]), int(tables[name].num_embeddings), name)
+        return out
+    for name, mod in tables.items():
+        src = lmap.source_name(name)
+        if mod.num_embeddings == len(vm) and src is not None and src in sp:
+            out[name] = as_vocab_map(vm, int(sp[src].shape[0]), int(mod.num_embeddings), name)
+    if not out:
+        raise ValueError(f"vocab_map has {len(vm)} entries but no target embedding table has {len(vm)} rows")
+    return out
 
 
 def split_options(method: str, options: Mapping) -> tuple[TransferOptions, Method]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
+
 from ftlab.transfer.layer_map import LayerMap
 from ftlab.transfer.spec import TransportSpec
 
@@ -17,8 +19,10 @@ class TransferProblem:
 
     ``pairs[target_point] = source_point`` for every target capture point that has a source
     (points of target layers without a source are absent). ``target_shapes`` holds the shape of
-    every target parameter. ``source_spec``/``target_spec`` are ``None`` for methods that need no
-    spec (naive, identity, gradfix).
+    every target parameter (and of the floating-point buffers a spec transports, e.g. BatchNorm
+    running statistics). ``source_spec``/``target_spec`` are ``None`` for methods that need no
+    spec (naive, identity, gradfix). ``vocab_maps[param]``: validated vocabulary index maps of
+    embedding tables (target row -> source row, -1 none).
     """
 
     layer_map: LayerMap
@@ -26,3 +30,4 @@ class TransferProblem:
     source_spec: TransportSpec | None = None
     target_spec: TransportSpec | None = None
     pairs: Mapping[str, str] | None = None
+    vocab_maps: Mapping[str, torch.Tensor] | None = None

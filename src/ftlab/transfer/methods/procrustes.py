@@ -18,10 +18,20 @@ method                 ``in_map``            ``out_map``            what it is
                                                                     ``apanariello4/merge-and-rebase`` code)
 =====================  ====================  =====================  ==========================================
 
-Where no input gradient exists (the input is data) ``gradient_only`` falls back to the pad/truncate
-map, with a warning. Every method accepts ``in_map``/``out_map`` overrides for the full ablation
-grid. Embedding inputs (the vocabulary) are always mapped by identity; norm layers only use
-``R_out``.
+Where no input gradient exists (the input is data) ``gradient_only`` falls back to its completion
+rule, with a warning. Every method accepts ``in_map``/``out_map`` overrides for the full ablation
+grid. Embedding inputs (the vocabulary) are always mapped by identity (or a vocabulary index map);
+norm layers only use ``R_out``; a depthwise convolution has one channel map, fitted on its input-
+and output-side statistics together (each scaled to unit Frobenius norm, then summed; ftlab's
+choice), so that its kernel stays depthwise.
+
+Undetermined subspaces (``complete``; see :mod:`ftlab.transfer.align`). ``"auto"`` (default):
+a map fitted on gradients is completed with the activations of the *same* space (an output map
+with the output activations of its layer, an input map on input gradients with the input
+activations), then with the pad/truncate map; a map fitted on activations is completed with the
+pad/truncate map. ``"naive"``: the pad/truncate map only. ``"none"``: the SVD's arbitrary choice
+(the behaviour before ftlab 0.x; no rule). Output activations of affine layers are derived from
+their input activations, so the rule costs no calibration work there.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Literal
 import torch
 
 from ftlab.core.validate import check_choice, check_positive, check_range
-from ftlab.transfer.align import MapFit, fit_map, naive_map
+from ftlab.transfer.align import MapFit, SumMoments, fit_map, naive_map
 from ftlab.transfer.methods import Calibration, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
@@ -59,10 +69,18 @@ class ProcrustesOptions:
     whiten_p: float = field(default=0.0, metadata={"help": "partial whitening exponent in [0, 0.5] [U] (0 = off)"})
     eps: float = field(default=1e-8, metadata={"help": "relative eigenvalue floor for whitening"})
     depth_scale: float = field(default=1.0, metadata={"help": "multiplies the transported task vector [U]"})
+    complete: Literal["auto", "naive", "none"] = field(default="auto", metadata={
+        "help": "rule for the subspace the statistics do not determine: auto (activations of the same space, "
+                "then pad/truncate), naive (pad/truncate) or none (the SVD's arbitrary choice)"})
+    rank_rtol: float | None = field(default=None, metadata={
+        "help": "relative singular-value tolerance of the rank (default: max(d_A, d_B) x the precision's epsilon)"})
 
     def __post_init__(self) -> None:
         check_choice("in_map", self.in_map, IN_MAPS)
         check_choice("out_map", self.out_map, OUT_MAPS)
+        check_choice("complete", self.complete, ("auto", "naive", "none"))
+        if self.rank_rtol is not None:
+            check_range("rank_rtol", self.rank_rtol, 0.0, 1.0)
         if not isinstance(self.center, bool):
             raise ValueError(f"center={self.center!r} is invalid: must be true or false")
         check_range("whiten_p", self.whiten_p, 0.0, 0.5)
@@ -81,12 +99,38 @@ class ProcrustesTransfer:
         self.problem: TransferProblem | None = None
         self.fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
 
-    def requirements(self, point: Point) -> dict[str, str | None]:
-        """Which statistic each side of ``point`` needs: ``{"in": ..., "out": ...}`` (``None`` = none)."""
+    def _primary(self, point: Point) -> dict[str, str | None]:
         o = self.options
         inside = None if point.kind in ("embedding", "norm", "norm2d") or o.in_map == "naive" else o.in_map
         outside = None if o.out_map == "naive" else o.out_map
         return {"in": inside, "out": outside}
+
+    def chain(self, side: str, primary: str | None, point: Point) -> tuple[str, ...]:
+        """The completion chain of one map side (statistic names; ``"naive"`` = the pad/truncate map)."""
+        c = self.options.complete
+        if c == "none" or primary is None:
+            return ()
+        if c == "naive" or point.kind == "depthwise":
+            return ("naive",)
+        if (side, primary) in (("out", "grad"), ("in", "grad_in")):
+            return ("act", "naive")
+        return ("naive",)
+
+    def requirements(self, point: Point) -> dict[str, tuple[str, ...]]:
+        """Statistics to collect on each side of ``point``: ``{"in": (...), "out": (...)}``, the fitted one first.
+
+        The others feed the completion rule.
+        """
+        prim = self._primary(point)
+        out: dict[str, list[str]] = {"in": [], "out": []}
+        for side in ("in", "out"):
+            p = prim[side]
+            if p is not None:
+                out[side].append(p)
+            for src in self.chain(side, p, point):
+                if src != "naive" and src not in out[side]:
+                    out[side].append(src)
+        return {k: tuple(v) for k, v in out.items()}
 
     @property
     def needs_loss(self) -> bool:
@@ -100,22 +144,39 @@ class ProcrustesTransfer:
         """Nothing to check before calibration (shapes may differ)."""
 
     def prepare(self, problem: TransferProblem, stats) -> ProcrustesTransfer:
-        """Fit the maps from ``stats[(target_point, side)]`` (:class:`~ftlab.core.stats.CrossMoments`); returns self."""
+        """Fit the maps from ``stats[(target_point, side, statistic)]`` (:mod:`ftlab.transfer.calibrate`); returns self."""
         if problem.pairs is None or problem.target_spec is None:
             raise ValueError(f"{self.name}: the transfer problem has no paired capture points")
         o = self.options
         self.problem = problem
         self.fits = {}
+        kw: dict = {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol}
         for tp in problem.pairs:
-            req = self.requirements(problem.target_spec.points[tp])
+            point = problem.target_spec.points[tp]
+            prim = self._primary(point)
+
+            def chain(side: str, _prim=prim, _tp=tp, _point=point) -> tuple:
+                return tuple((src, None if src == "naive" else stats[(_tp, side, src)])
+                             for src in self.chain(side, _prim[side], _point))
+
+            if point.kind == "depthwise":  # one channel map for both sides, so the kernel stays depthwise
+                parts = [stats[(tp, side, prim[side])] for side in ("in", "out") if prim[side] is not None]
+                if not parts:
+                    self.fits[tp] = (None, None)
+                    continue
+                label = "+".join(f"{side}:{prim[side]}" for side in ("in", "out") if prim[side] is not None)
+                fit = fit_map(parts[0] if len(parts) == 1 else SumMoments(parts), source=label, name=f"{tp} (channels)",
+                              completion=(("naive", None),) if o.complete != "none" else (), **kw)
+                self.fits[tp] = (fit, fit)
+                continue
             fits: list[MapFit | None] = []
             for side in ("in", "out"):
-                src = req[side]
+                src = prim[side]
                 if src is None:
                     fits.append(None)
                 else:
-                    fits.append(fit_map(stats[(tp, side)], source=src, center=o.center, whiten_p=o.whiten_p, eps=o.eps,
-                                        name=f"{tp} ({side})"))
+                    fits.append(fit_map(stats[(tp, side, src)], source=src, name=f"{tp} ({side})",
+                                        completion=chain(side), **kw))
             self.fits[tp] = (fits[0], fits[1])
         return self
 
@@ -143,7 +204,7 @@ class ProcrustesTransfer:
         if p is None or p.target_spec is None:
             raise ValueError(f"{self.name}: call prepare() before apply()")
         return transport(tau_a, target_spec=p.target_spec, target_shapes=p.target_shapes, layer_map=p.layer_map,
-                         maps=self.maps(), depth_scale=self.options.depth_scale)
+                         maps=self.maps(), depth_scale=self.options.depth_scale, vocab_maps=p.vocab_maps)
 
 
 _BICO = "Son, Jung, Park, Baik. Bilinear Coordinate Alignment for Training-Free Task-Vector Transfer. arXiv:2605.28444"
@@ -162,7 +223,8 @@ register("bico_output_only", human_name="BiCo ablation: output side only",
          reference=f"ablation in {_BICO}", needs=_NEEDS_LOSS, options=ProcrustesOptions,
          preset={"in_map": "naive", "out_map": "grad"})(ProcrustesTransfer)
 register("activation_only", human_name="Activations on both sides (Theseus-like)",
-         description="R_in on input activations and R_out on output activations (forward passes only, no labels)",
+         description="R_in on input activations and R_out on output activations (forward passes only: no labels, "
+                     "no loss)",
          reference="Rinaldi, Panariello, Salici, Porrello, Calderara. Theseus. arXiv:2602.12952",
          needs="calibration inputs (forward passes only)", options=ProcrustesOptions,
          preset={"in_map": "act", "out_map": "act"})(ProcrustesTransfer)
