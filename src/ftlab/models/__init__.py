@@ -3,6 +3,7 @@
 * :mod:`ftlab.models.resnet` -- CIFAR-style ResNet-18, width configurable.
 * :mod:`ftlab.models.transformer` -- a LayerNorm-free Transformer for modular arithmetic.
 * :mod:`ftlab.models.vit` -- a small ViT (import it from its module).
+* :mod:`ftlab.models.efficientnet` -- EfficientNet-Lite0/1/2, loading the pip-packaged ImageNet weights strictly.
 """
 
 from ftlab.models.resnet import ResNet18, resnet18
