@@ -21,7 +21,7 @@ import traceback
 import click
 
 from ftlab import __version__
-from ftlab.core.progress import set_quiet
+from ftlab.core.progress import set_quiet, set_stage_lines
 
 _VERBOSE = 0
 
@@ -74,13 +74,15 @@ def cli(quiet: bool, verbose: int) -> None:
     ftlab theory ...     exact diagonal-network theory (arXiv 2602.20062)
     ftlab deep ...       the same knobs (c, lambda, gamma) on real networks
     ftlab transfer ...   training-free task-vector transfer (BiCo, arXiv 2605.28444)
-    ftlab reproduce      the reproduction report, quick by default (--full for paper size)
+    ftlab reproduce      the reproduction report, quick by default (--full: larger runs,
+                         still far below the papers' scale)
 
     Run `ftlab COMMAND --help` for each command's options.
     """
     global _VERBOSE
     _VERBOSE = verbose
     set_quiet(quiet)
+    set_stage_lines(True)
     level = logging.WARNING if verbose == 0 else (logging.INFO if verbose == 1 else logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
@@ -95,6 +97,9 @@ def _one_line(exc: BaseException) -> str:
     return msg[0] if msg else exc.__class__.__name__
 
 
+INTERRUPTED = ("ftlab: interrupted. Finished points of sweeps are kept in their stores and no partial output was "
+               "written: run the same command again to resume where it stopped.")
+
 #: Exceptions that mean "the user's input or machine is at fault", not ftlab: exit 2, one line.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, MemoryError)
 
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="ftlab", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("ftlab: aborted", err=True)
+        click.echo(INTERRUPTED, err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"ftlab: error: {_one_line(exc)}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        click.echo("ftlab: interrupted (finished points of a sweep are kept; rerun to resume)", err=True)
+        click.echo(INTERRUPTED, err=True)
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - a bug: say so, never disguise it as bad input
         if os.environ.get("FTLAB_DEBUG") or _VERBOSE:

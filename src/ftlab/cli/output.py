@@ -20,8 +20,13 @@ format_option = click.option(
 )
 
 
-def emit(records: list[dict], fmt: str, *, float_digits: int = 6) -> None:
-    """Print ``records`` (a list of flat dicts) to stdout in the chosen format."""
+def emit(records: list[dict], fmt: str, *, float_digits: int = 6, exact: tuple[str, ...] = ()) -> None:
+    """Print ``records`` (a list of flat dicts) to stdout in the chosen format.
+
+    Tables round floats to ``float_digits`` significant digits, except the ``exact`` columns
+    (values a user will paste back into a command, e.g. an advised lambda), printed in full
+    round-trip precision. JSON and CSV always carry full precision.
+    """
     import pandas as pd
 
     records = to_jsonable(records)
@@ -32,5 +37,8 @@ def emit(records: list[dict], fmt: str, *, float_digits: int = 6) -> None:
     if fmt == "csv":
         click.echo(df.to_csv(index=False), nl=False)
         return
+    for col in exact:
+        if col in df:
+            df[col] = [repr(float(v)) if isinstance(v, float) else v for v in df[col]]
     with pd.option_context("display.max_columns", None, "display.width", 200):
         click.echo(df.to_string(index=False, float_format=lambda v: f"{v:.{float_digits}g}"))

@@ -99,17 +99,22 @@ def simulate(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_
       ftlab theory simulate --method gd --dim 1000 --alpha 0.2
     """
     from ftlab.core.progress import progress
-    from ftlab.core.validate import check_int, check_positive
+    from ftlab.core.validate import check_int, check_memory, check_positive
+    from ftlab.dln.bias import check_scales
     from ftlab.dln.regimes import metrics as compute
-    from ftlab.dln.simulate import simulate_ptft
+    from ftlab.dln.simulate import memory_estimate, simulate_ptft
     from ftlab.dln.tasks import TaskSpec
 
+    check_scales(c=c, lam=lam, gamma=gamma)
     dim = check_int("dim", dim, 1)
     seeds = check_int("seeds", seeds, 1)
     for a in alpha:
         check_positive("alpha", a)
     if alpha_pt is not None:
         check_positive("alpha_pt", alpha_pt)
+    check_memory(f"simulate --dim {dim} --alpha {max(alpha):g}", memory_estimate(dim=dim, alpha=max(alpha),
+                                                                                 alpha_pt=alpha_pt),
+                 hint="reduce --dim or --alpha")
     extra = {"noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
     if rho_shared is not None or rho_new is not None:
         if rho_shared is None or rho_new is None or overlap is not None or rho_ft is not None:

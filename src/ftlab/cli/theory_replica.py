@@ -11,18 +11,33 @@ from ftlab.cli.output import emit, format_option
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def parse_alphas(values: tuple[str, ...], grid: str | None):
-    """``--alpha`` values plus an optional ``--alphas START:STOP:N`` grid (linspace, inclusive)."""
+#: Above this many alpha points a run needs --yes.
+MAX_POINTS = 10_000
+#: Above this many phase-diagram cells (each a replica solve at four corners) a run needs --yes.
+MAX_CELLS = 2_500
+
+
+def parse_alphas(values: tuple[str, ...], grid: str | None, *, allow_long: bool = False):
+    """``--alpha`` values plus an optional ``--alphas START:STOP:N`` grid (linspace, inclusive).
+
+    More than :data:`MAX_POINTS` points are refused (before any work) unless ``allow_long``.
+    """
     import numpy as np
+
+    from ftlab.core.validate import check_work
 
     out = [float(v) for v in values]
     if grid:
         parts = grid.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"alphas={grid!r} is not a grid spec: use START:STOP:N, e.g. 0.01:0.5:80")
-        start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
+        try:
+            start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
+            if len(parts) != 3:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise ValueError(f"alphas={grid!r} is not a grid spec: use START:STOP:N, e.g. 0.01:0.5:80") from None
         if n < 1:
             raise ValueError(f"alphas={grid!r}: N must be >= 1")
+        check_work(f"--alphas {grid}: the number of alpha points", n, MAX_POINTS, allow=allow_long)
         out += [float(a) for a in np.linspace(start, stop, n)]
     if not out:
         out = [float(a) for a in np.linspace(0.01, 0.5, 50)]
@@ -80,12 +95,14 @@ def _task_options(f):
 @click.option("--lambda-reg", type=float, default=0.0, show_default=True,
               help="Explicit regularization of the replica problem (0 = the interpolator GF reaches).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for curve.csv (+ .meta.json sidecar) and curve.png.")
+              help="Folder for curve.csv (+ .meta.json sidecar) and curve.png, written all-or-nothing; the "
+                   "simulation store there makes an interrupted run resumable.")
 @click.option("--scheduler", default=None, help="Dask scheduler address for the simulation sweep.")
-@click.option("--workers", type=int, default=None, help="Local worker processes for the simulation sweep.")
+@click.option("--workers", type=int, default=None, help="Local worker processes for the simulation sweep (>= 1).")
+@click.option("--yes", "allow_long", is_flag=True, help=f"Allow more than {MAX_POINTS:,} alpha points.")
 @format_option
 def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noise, pt_magnitude,
-          alpha, alpha_grid, seeds, dim, sim_method, expectation, lambda_reg, out, scheduler, workers, fmt):
+          alpha, alpha_grid, seeds, dim, sim_method, expectation, lambda_reg, out, scheduler, workers, allow_long, fmt):
     """Replica learning curve E_g(alpha) of fine-tuning, optionally against simulations.
 
     \b
@@ -102,24 +119,43 @@ def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt,
       ftlab theory curve --lam -0.99 --alphas 0.05:0.4:8 --seeds 5 --dim 1000 --out runs/iv
       ftlab theory curve --alpha-pt 0.2 --lam -0.9 --alphas 0.02:0.3:15
     """
-    import numpy as np
+    import contextlib
 
-    from ftlab.core.results import save_table
-    from ftlab.core.validate import check_int
-    from ftlab.dln.replica.curves import learning_curve, simulate_curve
+    from ftlab.core.results import output_lock
+    from ftlab.core.validate import check_int, check_memory, check_workers
+    from ftlab.dln.bias import check_scales
+    from ftlab.dln.simulate import memory_estimate
 
+    check_scales(c=c, lam=lam, gamma=gamma)
+    check_workers(workers)
     spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
                      noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
-    alphas = parse_alphas(alpha, alpha_grid)
+    alphas = parse_alphas(alpha, alpha_grid, allow_long=allow_long)
     check_int("seeds", seeds, 0)
+    if seeds > 0:
+        check_int("dim", dim, 2)
+        check_memory(f"simulations at --dim {dim}, alpha {max(alphas):g}",
+                     memory_estimate(dim=dim, alpha=max(alphas), alpha_pt=alpha_pt), hint="reduce --dim")
+    with output_lock(out) if out is not None else contextlib.nullcontext():
+        _curve(spec, c=c, lam=lam, gamma=gamma, alphas=alphas, alpha_pt=alpha_pt, noise=noise, pt_noise=pt_noise,
+               pt_magnitude=pt_magnitude, seeds=seeds, dim=dim, sim_method=sim_method, expectation=expectation,
+               lambda_reg=lambda_reg, out=out, scheduler=scheduler, workers=workers, fmt=fmt)
+
+
+def _curve(spec, *, c, lam, gamma, alphas, alpha_pt, noise, pt_noise, pt_magnitude, seeds, dim, sim_method, expectation,
+           lambda_reg, out, scheduler, workers, fmt):
+    import numpy as np
+
+    from ftlab.core.results import save_table, staged_output
+    from ftlab.dln.replica.curves import learning_curve, simulate_curve
+
     df = learning_curve(spec, c=c, lam=lam, gamma=gamma, alphas=alphas, alpha_pt=alpha_pt, expectation=expectation,
                         lambda_reg=lambda_reg)
     inputs = {"c": c, "lam": lam, "gamma": gamma, "rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft,
               "overlap": spec.overlap, "rho_shared": spec.rho_shared, "rho_new": spec.rho_new, "alpha_pt": alpha_pt,
               "noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
     if seeds > 0:
-        check_int("dim", dim, 2)
-        store = out / "simulations.jsonl" if out is not None else None
+        store = out / "simulations.jsonl" if out is not None else None  # written in place: resumable
         agg, _ = simulate_curve(rho_pt=spec.rho_pt, rho_ft=spec.rho_ft, overlap=spec.overlap, c=c, lam=lam,
                                 gamma=gamma, alphas=alphas, dim=dim, seeds=range(seeds), alpha_pt=alpha_pt,
                                 pt_magnitude=pt_magnitude, noise=noise, pt_noise=pt_noise, method=sim_method,
@@ -128,9 +164,10 @@ def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt,
     for k_, v in reversed(list(inputs.items())):
         df.insert(0, k_, v)
     if out is not None:
-        save_table(df, Path(out) / "curve.csv", params=inputs | {"expectation": expectation, "dim": dim,
-                                                                  "seeds": seeds, "sim_method": sim_method})
-        _plot_curve(df, Path(out) / "curve.png", title=f"c={c:g}, lam={lam:g}, gamma={gamma:g}")
+        with staged_output(out) as stage:
+            save_table(df, stage / "curve.csv", params=inputs | {"expectation": expectation, "dim": dim,
+                                                                 "seeds": seeds, "sim_method": sim_method})
+            _plot_curve(df, stage / "curve.png", title=f"c={c:g}, lam={lam:g}, gamma={gamma:g}")
     if not bool(np.all(df["converged"])):
         click.echo(f"ftlab: warning: {int((~df['converged']).sum())} alpha point(s) did not converge "
                    "(converged=False in the output)", err=True)
@@ -161,18 +198,20 @@ def _plot_curve(df, path: Path, *, title: str) -> None:
 @click.option("--no-refine", is_flag=True, help="Grid search only (no Nelder-Mead polish).")
 @click.option("--phase-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also draw the best regime over (omega, rho_FT/rho_PT) at this alpha to this PNG (+ CSV).")
-@click.option("--phase-size", type=int, default=12, show_default=True, help="Phase-diagram grid size per axis.")
+@click.option("--phase-size", type=int, default=12, show_default=True, help="Phase-diagram grid size per axis (>= 2).")
 @click.option("--scheduler", default=None, help="Dask scheduler address for the phase-diagram sweep.")
-@click.option("--workers", type=int, default=None, help="Local worker processes for the phase-diagram sweep.")
+@click.option("--workers", type=int, default=None, help="Local worker processes for the phase-diagram sweep (>= 1).")
+@click.option("--yes", "allow_long", is_flag=True, help=f"Allow more than {MAX_CELLS:,} phase-diagram cells.")
 @format_option
 def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noise, pt_magnitude, alpha, no_refine,
-           phase_out, phase_size, scheduler, workers, fmt):
+           phase_out, phase_size, scheduler, workers, allow_long, fmt):
     """Best initialization (c, lambda, gamma) for given task statistics, by replica theory.
 
     \b
     Scans c in [1e-6, 1], lambda in (-1, 0.99], gamma in [0, 10], polishes the best point, and
     prints it with its regime (I-IV) and predicted FT error, next to the error of each regime's
-    corner (c = 1e-3; I: lam -0.999999, gamma 1e-6; II: lam 0, gamma 0; III: gamma 10; IV: lam -0.99).
+    corner (c = 1e-3; I: lam -1, gamma 1e-3; II: lam 0, gamma 0; III: gamma 10; IV: lam -0.99).
+    The best (c, lambda, gamma) are printed in full precision, so they can be pasted back.
     Beyond the paper: a search over the theory's predictions, not a claim of the paper.
 
     \b
@@ -183,11 +222,17 @@ def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noi
     """
     import numpy as np
 
-    from ftlab.core.results import save_table
-    from ftlab.core.validate import check_int
+    from ftlab.core.results import output_lock, save_table, staged_output
+    from ftlab.core.validate import check_int, check_positive, check_suffix, check_work, check_workers
     from ftlab.dln.advisor import CORNERS, phase_diagram
     from ftlab.dln.advisor import advise as run_advise
 
+    check_positive("alpha", alpha)
+    check_workers(workers)
+    n = check_int("phase_size", phase_size, 2)
+    if phase_out is not None:
+        check_suffix("phase_out", phase_out, (".png",))
+        check_work(f"--phase-size {n}: the number of phase-diagram cells", n * n, MAX_CELLS, allow=allow_long)
     spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
                      noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
     adv = run_advise(spec, alpha=alpha, alpha_pt=alpha_pt, refine=not no_refine)
@@ -195,14 +240,16 @@ def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noi
            "best_c": adv.c, "best_lam": adv.lam, "best_gamma": adv.gamma, "best_regime": adv.regime,
            "best_error": adv.error}
     rec |= {f"corner_{n}_error": adv.corners[n] for n in CORNERS}
-    emit([rec], fmt)
+    emit([rec], fmt, exact=("best_c", "best_lam", "best_gamma"))
     if phase_out is not None:
-        n = check_int("phase_size", phase_size, 2)
+        target = Path(phase_out)
         ratios = np.geomspace(0.05, 5.0, n)
-        df = phase_diagram(rho_pt=spec.rho_pt, alpha=alpha, overlaps=np.linspace(0.0, 1.0, n), ratios=ratios,
-                           alpha_pt=alpha_pt, noise=noise, scheduler=scheduler, workers=workers)
-        save_table(df, Path(phase_out).with_suffix(".csv"), params={"rho_pt": spec.rho_pt, "alpha": alpha})
-        plot_phase(df, Path(phase_out), title=f"best regime, rho_PT={spec.rho_pt:g}, alpha_FT={alpha:g}")
+        with output_lock(target.with_suffix("")):
+            df = phase_diagram(rho_pt=spec.rho_pt, alpha=alpha, overlaps=np.linspace(0.0, 1.0, n), ratios=ratios,
+                               alpha_pt=alpha_pt, noise=noise, scheduler=scheduler, workers=workers)
+            with staged_output(target.parent) as stage:  # the PNG and its CSV appear together or not at all
+                save_table(df, stage / target.with_suffix(".csv").name, params={"rho_pt": spec.rho_pt, "alpha": alpha})
+                plot_phase(df, stage / target.name, title=f"best regime, rho_PT={spec.rho_pt:g}, alpha_FT={alpha:g}")
 
 
 def plot_phase(df, path: Path, *, title: str) -> None:
@@ -211,6 +258,7 @@ def plot_phase(df, path: Path, *, title: str) -> None:
     from matplotlib.colors import ListedColormap
 
     from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.dln.regimes import REGIME_COLORS
 
     names = ["I", "II", "III", "IV"]
     ov = np.sort(df["overlap"].unique())
@@ -220,7 +268,7 @@ def plot_phase(df, path: Path, *, title: str) -> None:
         if r["best"] in names:
             Z[np.searchsorted(ra, r["ratio"]), np.searchsorted(ov, r["overlap"])] = names.index(r["best"])
     fig, ax = new_figure(size=(5.0, 4.0))
-    cmap = ListedColormap(["#d62728", "#1f77b4", "#7f7f7f", "#2ca02c"])
+    cmap = ListedColormap([REGIME_COLORS[n] for n in names])  # the same colour per regime in every figure
     mesh = ax.pcolormesh(ov, ra, Z, cmap=cmap, vmin=-0.5, vmax=3.5, shading="nearest")
     ax.set_yscale("log")
     ax.set_xlabel(r"overlap $\omega$")

@@ -1,22 +1,36 @@
-"""Progress bars that stay quiet when they should.
+"""Progress that stays quiet when it should.
 
-Library code never prints; long loops wrap their iterables with :func:`progress`, which shows a
-tqdm bar on an interactive terminal and nothing otherwise (or when :func:`set_quiet` was called,
-as the CLI's ``--quiet`` does).
+Library code never prints. Long loops wrap their iterables with :func:`progress`: on an interactive
+terminal it shows a tqdm bar; otherwise (CI logs, ``nohup``) it prints nothing -- unless the
+command line turned on *stage lines* (:func:`set_stage_lines`, as every ``ftlab`` command does):
+then each long loop prints one start line and one end line with its elapsed time to stderr, and
+:func:`stage` brackets larger steps (report sections) the same way. ``--quiet`` silences both
+(:func:`set_quiet`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+
+__all__ = ["enabled", "progress", "set_quiet", "set_stage_lines", "stage"]
 
 _QUIET = False
+_STAGE_LINES = False
 
 
 def set_quiet(quiet: bool) -> None:
-    """Globally disable (``True``) or re-enable progress bars."""
+    """Globally disable (``True``) or re-enable progress bars and stage lines."""
     global _QUIET
     _QUIET = bool(quiet)
+
+
+def set_stage_lines(on: bool) -> None:
+    """Print start/end lines with elapsed time to stderr for long loops and stages (the CLI turns this on)."""
+    global _STAGE_LINES
+    _STAGE_LINES = bool(on)
 
 
 def enabled() -> bool:
@@ -24,10 +38,40 @@ def enabled() -> bool:
     return not _QUIET and sys.stderr.isatty()
 
 
-def progress(iterable: Iterable, *, desc: str | None = None, total: int | None = None, leave: bool = False):
-    """Wrap ``iterable`` in a tqdm bar when :func:`enabled`, else return it unchanged."""
-    if not enabled():
-        return iterable
-    from tqdm.auto import tqdm
+def _lines() -> bool:
+    return _STAGE_LINES and not _QUIET
 
-    return tqdm(iterable, desc=desc, total=total, leave=leave, dynamic_ncols=True)
+
+def _say(text: str) -> None:
+    print(f"ftlab: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Print ``name: started`` and ``name: done in N s`` (or ``stopped after N s``) when stage lines are on."""
+    t0 = time.perf_counter()
+    if _lines():
+        _say(f"{name}: started")
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        if _lines():
+            _say(f"{name}: {'done in' if ok else 'stopped after'} {time.perf_counter() - t0:.0f} s")
+
+
+def _lined(iterable: Iterable, desc: str, total: int | None) -> Iterator:
+    with stage(f"{desc} ({total} items)" if total is not None else desc):
+        yield from iterable
+
+
+def progress(iterable: Iterable, *, desc: str | None = None, total: int | None = None, leave: bool = False):
+    """Wrap ``iterable`` in a tqdm bar on a terminal, in start/end lines off it (when on), else return it."""
+    if enabled():
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, desc=desc, total=total, leave=leave, dynamic_ncols=True)
+    if _lines() and desc:
+        return _lined(iterable, desc, total)
+    return iterable

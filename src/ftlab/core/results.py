@@ -7,36 +7,80 @@
   JSON sidecar ``<file>.meta.json`` holding the parameters, the ftlab version, the seed and the
   time of writing.
 * :func:`save_json` / :func:`load_table`.
+* :func:`output_lock`: one run at a time per output folder (a lock file beside it; a second run on
+  the same folder is refused with a clear message, never interleaved).
+* :func:`staged_output`: all-or-nothing outputs of one command -- files are written into a staging
+  folder beside the target and moved into place only when the command succeeded, so a failed run
+  (full disk, error, interrupt) leaves no partial set and never damages a previous complete one.
+
+Files are created with the user's umask (like ``open``), not the private 0600 of temporary files.
+An ``OSError`` while writing names the target path (not the temporary file).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import io
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "save_json", "save_table", "load_table", "to_jsonable"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "ensure_dir", "file_mode", "load_table", "output_lock", "save_json",
+           "save_table", "staged_output", "to_jsonable"]
+
+
+def file_mode() -> int:
+    """``0o666`` minus the process umask: the mode ``open()`` would give a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def ensure_dir(path: Path) -> Path:
+    """``mkdir -p path``; a path component that is a file gives a ``NotADirectoryError`` naming that file."""
+    for parent in [*reversed(path.parents), path]:
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory (a file is in the way)", str(parent))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """The same error, naming ``path`` instead of a temporary file."""
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path)) if exc.errno is not None else exc
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename). Creates parent folders."""
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename). Creates parent folders.
+
+    The file gets the user's umask mode; on failure (e.g. a full disk) the previous version of
+    ``path`` is untouched, the temporary file is removed and the ``OSError`` names ``path``.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        ensure_dir(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise _named(exc, path) from None
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
@@ -118,3 +162,76 @@ def load_table(path: str | os.PathLike):
     side = _sidecar(path)
     meta = json.loads(side.read_text()) if side.exists() else {}
     return df, meta
+
+
+@contextlib.contextmanager
+def output_lock(out: str | os.PathLike) -> Iterator[Path]:
+    """Hold an exclusive lock on the output folder ``out`` while the block runs.
+
+    The lock is the file ``.<name>.lock`` beside ``out`` (``flock``, released when the process
+    ends, even by SIGKILL). A second run on the same ``out`` raises ``ValueError`` naming the
+    folder and the holder's pid.
+    """
+    import fcntl
+
+    out = Path(out)
+    lock = out.parent / f".{out.name}.lock"
+    try:
+        ensure_dir(out.parent)
+        fh = open(lock, "a+")  # noqa: SIM115 - held for the whole block
+    except NotADirectoryError:
+        raise
+    except OSError as exc:
+        raise _named(exc, out) from None
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise ValueError(f"--out {str(out)!r} is in use by another ftlab run (pid {holder}, lock {str(lock)!r}): "
+                             "wait for it to finish or choose another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield out
+    finally:
+        fh.close()
+
+
+@contextlib.contextmanager
+def staged_output(out: str | os.PathLike) -> Iterator[Path]:
+    """Yield a staging folder; on success move everything written there into ``out``.
+
+    The staging folder ``.<name>.staging-<pid>`` sits beside ``out`` (same filesystem), so the
+    final moves are renames that cannot run out of space. On any exception the staging folder is
+    deleted and ``out`` is left exactly as it was.
+    """
+    out = Path(out)
+    stage = out.parent / f".{out.name}.staging-{os.getpid()}"
+    try:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(out))
+        ensure_dir(out.parent)
+        if stage.exists():
+            shutil.rmtree(stage)
+        stage.mkdir()
+    except NotADirectoryError:
+        raise
+    except OSError as exc:
+        raise _named(exc, out) from None
+    try:
+        yield stage
+        try:
+            ensure_dir(out)
+            for src in sorted(stage.rglob("*")):
+                dst = out / src.relative_to(stage)
+                if src.is_dir():
+                    dst.mkdir(exist_ok=True)
+                else:
+                    os.replace(src, dst)
+        except OSError as exc:
+            raise _named(exc, out) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -26,6 +26,8 @@ import hashlib
 import itertools
 import json
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -164,24 +166,43 @@ def run_sweep(
     return pd.DataFrame(rows)
 
 
+def _watch_parent(parent: int, period: float = 0.5) -> None:
+    """Exit this worker as soon as its parent is gone (e.g. killed with SIGKILL): no orphans."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(period)
+
+
+def _worker_init(parent: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it cancels the pool
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="ftlab-parent-watch").start()
+
+
 def _run_pool(fn, todo, workers, finish, desc):
     bar = progress(range(len(todo)), desc=desc, total=len(todo))
     it = iter(bar) if bar is not None else None
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as ex:
-        futs = {ex.submit(_call, fn, p): (k, p) for k, p in todo}
-        pending = set(futs)
-        try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    k, p = futs[f]
-                    finish(k, p, f.result())
-                    if it is not None:
-                        next(it, None)
-        except BaseException:
-            for f in pending:
-                f.cancel()
-            raise
+    ex = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_worker_init, initargs=(os.getpid(),))
+    futs = {ex.submit(_call, fn, p): (k, p) for k, p in todo}
+    pending = set(futs)
+    try:
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                k, p = futs[f]
+                finish(k, p, f.result())
+                if it is not None:
+                    next(it, None)
+    except BaseException:
+        # stop at once (finished points are already stored): cancel what has not started, end the workers
+        procs = list(getattr(ex, "_processes", {}).values())
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        raise
+    ex.shutdown(wait=True)
 
 
 def _run_dask(fn, todo, scheduler, finish, desc):

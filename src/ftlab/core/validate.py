@@ -20,6 +20,11 @@ __all__ = [
     "check_int",
     "check_choice",
     "check_probability",
+    "check_workers",
+    "check_suffix",
+    "check_memory",
+    "check_work",
+    "available_memory",
 ]
 
 
@@ -97,3 +102,49 @@ def check_choice(name: str, value, choices: Iterable):
     if value not in choices:
         raise ValueError(f"{name}={_fmt(value)} is invalid: must be one of {', '.join(map(str, choices))}")
     return value
+
+
+def check_workers(workers) -> int | None:
+    """``None`` (all cores) or an integer >= 1: the same rule for ``--workers`` in every command."""
+    return None if workers is None else check_int("workers", workers, minimum=1)
+
+
+def check_suffix(name: str, path, suffixes: Iterable[str]):
+    """Require an output path to end in one of ``suffixes`` (e.g. ``(".png",)``); returns it."""
+    from pathlib import Path
+
+    allowed = [x.lower() for x in suffixes]
+    if Path(path).suffix.lower() not in allowed:
+        raise ValueError(f"{name}={str(path)!r} has the wrong extension: must end in {' or '.join(allowed)}")
+    return path
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (``MemAvailable`` on Linux; a large number elsewhere)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 50
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_memory(what: str, nbytes: float, *, hint: str = "") -> None:
+    """Refuse, before any work, a run whose largest allocation (``nbytes``) cannot fit in memory."""
+    avail = available_memory()
+    if nbytes > 0.8 * avail:
+        raise ValueError(f"{what} needs about {_gib(nbytes)} of memory, more than this machine can give "
+                         f"({_gib(avail)} available){': ' + hint if hint else ''}")
+
+
+def check_work(what: str, n: int, limit: int, *, allow: bool, flag: str = "--yes") -> None:
+    """Refuse a merely long run (``n`` units of work above ``limit``) unless the user passed ``flag``."""
+    if n > limit and not allow:
+        raise ValueError(f"{what} is {n:,} (more than {limit:,}): this would run for a long time; "
+                         f"reduce it or pass {flag} to run anyway")

@@ -100,9 +100,22 @@ def _sqrt_k(beta_pt, c, lam, gamma):
     return 2.0 * c_ft_from_pt(np.abs(beta_pt), c=c, lam=lam, gamma=gamma)
 
 
+#: Largest accepted |beta|: every metric (k included) stays finite in float64 below it.
+MAX_BETA = 1e100
+
+
+def _magnitude(name: str, beta) -> np.ndarray:
+    """``|beta|`` as float64, finite and at most :data:`MAX_BETA` (one-line ``ValueError`` otherwise)."""
+    b = np.abs(np.asarray(check_finite(name, beta), dtype=np.float64))
+    if np.any(b > MAX_BETA):
+        raise ValueError(f"{name}={float(np.max(b))!r} is out of range: |{name}| must be <= 1e100")
+    return b
+
+
 def l_order(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
     """l-order at ``|beta_FT|`` for a coordinate pretrained to ``beta_PT`` (arrays broadcast)."""
-    b_ft = np.abs(np.asarray(check_finite("beta_ft", beta_ft), dtype=np.float64))
+    b_ft = _magnitude("beta_ft", beta_ft)
+    _magnitude("beta_pt", beta_pt)
     sk = _sqrt_k(beta_pt, c, lam, gamma)
     with np.errstate(divide="ignore"):
         t = np.where(sk > 0, 2.0 * b_ft / np.where(sk > 0, sk, 1.0), np.where(b_ft > 0, np.inf, 0.0))
@@ -112,13 +125,13 @@ def l_order(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarr
 def pt_sensitivity(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
     """``m = d log sqrt(k) / d log |beta_PT|`` in [0, 1)."""
     cc, ll, gg = check_scales(c=c, lam=lam, gamma=gamma)
-    return _pt_sensitivity(np.abs(np.asarray(check_finite("beta_pt", beta_pt), dtype=np.float64)), cc, ll, gg)
+    return _pt_sensitivity(_magnitude("beta_pt", beta_pt), cc, ll, gg)
 
 
 def _pt_sensitivity(b: np.ndarray, c: np.ndarray, lam: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     h = np.hypot(c, b)
-    # the denominator is > 0: check_scales refuses lam = -1 with gamma = 0
-    return 2.0 * (1.0 + lam) * b**2 / h / (2.0 * (1.0 + lam) * (c + h) + gamma**2)
+    # b^2 / h written as b (b / h) (no overflow); the denominator is > 0: check_scales refuses lam = -1, gamma = 0
+    return 2.0 * (1.0 + lam) * b * (b / h) / (2.0 * (1.0 + lam) * (c + h) + gamma**2)
 
 
 def pretraining_dependence(beta_ft, beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:

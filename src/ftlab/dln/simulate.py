@@ -23,7 +23,16 @@ from ftlab.dln.tasks import TaskSpec, sample_problem
 
 Method = Literal["flow", "gd"]
 
-__all__ = ["SimulationResult", "simulate_ptft"]
+__all__ = ["SimulationResult", "memory_estimate", "simulate_ptft"]
+
+
+def memory_estimate(*, dim: int, alpha: float, alpha_pt: float | None = None) -> int:
+    """Bytes of the largest arrays of one simulation: the float64 designs (N x D for FT, and PT when
+    ``alpha_pt`` is given) and two N x N solver matrices (gradient flow's Jacobian or the dual Newton
+    Hessian), N = round(alpha D) capped at D."""
+    n = min(int(round(alpha * dim)), dim)
+    n_pt = 0 if alpha_pt is None else int(round(alpha_pt * dim))
+    return 8 * (n * dim + n_pt * dim + 2 * n * n + 4 * dim)
 
 
 @dataclass(frozen=True)

@@ -161,12 +161,14 @@ def corner_settings(tasks: Sequence[str] = tuple(TASKS)) -> list[dict]:
     return [_setting(t, lam, g) for t in tasks for lam, g in REGIME_CORNERS.values()]
 
 
+def _interp(curve: pd.DataFrame, alphas) -> np.ndarray:
+    """A theory curve (rows with ``alpha``, ``error``) read at ``alphas`` (linear interpolation)."""
+    d = curve.sort_values("alpha")
+    return np.interp(np.asarray(alphas, dtype=np.float64), d.alpha.to_numpy(), d.error.to_numpy())
+
+
 def _errors(theory: pd.DataFrame, task: str, alphas) -> dict[str, np.ndarray]:
-    out = {}
-    for name, (lam, g) in REGIME_CORNERS.items():
-        th = select(theory, _setting(task, lam, g)).sort_values("alpha")
-        out[name] = np.interp(np.asarray(alphas), th.alpha.to_numpy(), th.error.to_numpy())
-    return out
+    return {name: _interp(select(theory, _setting(task, lam, g)), alphas) for name, (lam, g) in REGIME_CORNERS.items()}
 
 
 def _sim_contrast(sims: pd.DataFrame, task: str, claimed: str, other_of_alpha: dict[float, str]) -> list[dict]:
@@ -224,15 +226,13 @@ def judge_tasks(theory: pd.DataFrame, sims: pd.DataFrame, alphas: Sequence[float
         j = judge_curve(CLAIMS[task], a, best_other - e[claimed])
         best = [list(REGIME_CORNERS)[int(i)] for i in np.argmin(allv, axis=0)]
         e_sim = _errors(theory, task, sim_alphas)
-        other_at = {float(s): min(others, key=lambda r, s=s: float(e_sim[r][list(sim_alphas).index(s)]))
-                    for s in sim_alphas}
+        other_at = {float(s): others[int(np.argmin([e_sim[r][i] for r in others]))] for i, s in enumerate(sim_alphas)}
         sim = _sim_contrast(sims, task, claimed, other_at)
         lam_best: list[float] = []
         lam_j = None
         if task == "subset" and scan is not None:
             grid = np.array(sorted({*LAM_SCAN}))
-            E = np.array([np.interp(a, *(lambda t: (t.alpha.to_numpy(), t.error.to_numpy()))(
-                select(scan, _setting(task, lam, 0.0)).sort_values("alpha"))) for lam in grid])
+            E = np.array([_interp(select(scan, _setting(task, lam, 0.0)), a) for lam in grid])
             lam_best = [float(grid[i]) for i in np.argmin(E, axis=0)]
             # intermediate: the scan's optimum lies strictly inside it, and it beats both ends of the lambda axis,
             # the regime-I corner (lambda = -1) and lambda = 0 (regime II)
@@ -256,10 +256,8 @@ def judge_imperfect(theory: pd.DataFrame, sims: pd.DataFrame, alphas: Sequence[f
     lam_n = IMPERFECT["lam_negative"]
     out = {}
     for ap in (IMPERFECT["alpha_pt"], None):
-        neg = select(theory, _setting("shared", lam_n, 0.0, alpha_pt=ap)).sort_values("alpha")
-        zero = select(theory, _setting("shared", 0.0, 0.0, alpha_pt=ap)).sort_values("alpha")
-        en = np.interp(a, neg.alpha.to_numpy(), neg.error.to_numpy())
-        ez = np.interp(a, zero.alpha.to_numpy(), zero.error.to_numpy())
+        en = _interp(select(theory, _setting("shared", lam_n, 0.0, alpha_pt=ap)), a)
+        ez = _interp(select(theory, _setting("shared", 0.0, 0.0, alpha_pt=ap)), a)
         j = judge_curve(CLAIMS["imperfect"], a, ez - en)
         sim = []
         sn = select(sims, _setting("shared", lam_n, 0.0, alpha_pt=ap))
@@ -277,12 +275,12 @@ def agreement(theory: pd.DataFrame, sims: pd.DataFrame, settings: Sequence[dict]
     """Claim 7: per simulated (setting, alpha), the simulation mean and 95% interval beside the theory."""
     rows = []
     for s in settings:
-        th = select(theory, s).sort_values("alpha")
+        th = select(theory, s)
         sm = select(sims, s)
         for a, g in sm.groupby("alpha"):
             ok = g.sim_converged.astype(bool).to_numpy()
             m, lo, hi = t_interval(g.sim_error.to_numpy()[ok])
-            pred = float(np.interp(float(a), th.alpha.to_numpy(), th.error.to_numpy()))
+            pred = float(_interp(th, [float(a)])[0])
             half = (hi - lo) / 2 if math.isfinite(hi) else 0.0
             rows.append({**{k: s[k] for k in ("rho_ft", "overlap", "lam", "gamma")}, "alpha_pt": s.get("alpha_pt"),
                          "alpha": float(a), "theory": pred, "sim_mean": m, "sim_lo": lo, "sim_hi": hi,

@@ -154,7 +154,7 @@ def judge_family(effects: Mapping[str, Sequence[float]], *, margins: Mapping[str
     return out
 
 
-def ranges(grid: Sequence[float], mask) -> list[tuple[float, float]]:
+def ranges(grid: Sequence[float] | np.ndarray, mask) -> list[tuple[float, float]]:
     """Maximal runs of consecutive grid points where ``mask`` is true, as ``(first, last)`` grid values."""
     g = np.asarray(grid, dtype=np.float64)
     m = np.asarray(mask, dtype=bool)
@@ -195,7 +195,7 @@ class CurveJudgement:
         return " and ".join(f"[{lo:.{digits}g}, {hi:.{digits}g}]" for lo, hi in rs)
 
 
-def judge_curve(claim: str, grid: Sequence[float], contrast, *, delta: float = 1e-3,
+def judge_curve(claim: str, grid: Sequence[float] | np.ndarray, contrast, *, delta: float = 1e-3,
                 majority: float = 0.5) -> CurveJudgement:
     """Judge a claim from a deterministic contrast curve (positive = the claim holds) on ``grid``.
 
