@@ -83,7 +83,8 @@ def main() -> None:
     lines = [
         "### Replica learning curve: quadrature + Newton vs the authors' Monte Carlo",
         "",
-        "80-point curve, rho_PT = rho_FT = 0.1, omega = 0.5, c = 1e-3, lambda = 0, gamma = 0 (spec §5.6(a) setting). "
+        "80-point curve, rho_PT = rho_FT = 0.1, omega = 0.5, c = 1e-3, lambda = 0, gamma = 0 (the setting of the "
+        "authors' stored curve, `EXPERIMENT1replica_ptft_curves.csv` in github.com/Nico31415/toy-unlearning). "
         "Accuracy = max |E_g - reference| over the 80 alphas, reference = 32,000-node composite Gauss-Legendre "
         f"(its change from 8,000 nodes: {ref_change:.1e}).",
         "",
@@ -91,7 +92,7 @@ def main() -> None:
         "|---|---|---|---|",
         f"| ftlab default: Gauss-Legendre 800 nodes + Newton, fwd+bwd | {t_quad:.2f} s | {err_quad:.1e} | "
         f"all converged: {bool(out['quad'].converged.all())}, branches: {int((out['quad'].n_branches > 1).sum())} |",
-        f"| ftlab, Gauss-Hermite 201 nodes (spec's rule) | {t_gh:.2f} s | {err_gh:.1e} | GH is inaccurate at prox kinks |",
+        f"| ftlab, Gauss-Hermite 201 nodes | {t_gh:.2f} s | {err_gh:.1e} | GH is inaccurate at prox kinks |",
         f"| authors' approach: MC 80k samples, damped (0.25, tol 1e-6, <= 900 it), fwd+bwd | "
         f"{t_mc_curve:.0f} s (extrapolated) | {err_mc_all:.1e} (sampling error, all 80 points); "
         f"{max(errs_damped):.1e} on the timed points | timed {n_pts} points ({per_point_mc:.2f} s/point, "
