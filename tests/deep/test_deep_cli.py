@@ -1,5 +1,6 @@
 """``ftlab deep``: geometry on saved arrays, claims from tables, one-line errors with exit 2."""
 
+import io
 import json
 
 import numpy as np
@@ -36,17 +37,22 @@ def test_geometry_command_matches_library(tmp_path, capsys):
 
 
 def test_claims_command_reads_saved_table(tmp_path, capsys):
-    rows = [dict(seed=s, p=p, kind=k, ft_frac=0.3, balancedness=b, acc=0.5 + (0.1 if b < 0 else 0) + 0.01 * s)
-            for s in range(3) for p, k in ((3, "reuse"), (7, "new")) for b in (-0.5, 0.5)]
+    rows = [dict(seed=s, p=p, kind=k, when="post", b=b, ft_loss=0.005,
+                 acc=0.5 + (0.1 if b < 0 else 0) + 0.01 * s + 0.001 * (s % 2) * (b < 0))
+            for s in range(4) for p, k in ((3, "reuse"), (7, "new")) for b in (-0.5, 0.0, 0.5)]
     pd.DataFrame(rows).to_csv(tmp_path / "modular_ft.csv", index=False)
     code, out, _ = _run(["claims", str(tmp_path), "--format", "csv"], capsys)
     assert code == 0
-    assert "lower balancedness helps Transformer FT on new-prime tasks,reproduced" in out
+    got = pd.read_csv(io.StringIO(out))
+    assert set(got.claim) == {5} and set(got.task) == {"new primes", "factor reuse", "new minus reuse"}
+    assert got.set_index("task").loc["new primes", "verdict"] == "reproduced"
+    assert (tmp_path / "claims.csv").exists() and (tmp_path / "fig_claim5_balancedness.png").exists()
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["claims", "/nonexistent/folder"], "neither resnet_ft.csv"),
-    (["resnet", "--out", "/tmp/ftlab-never", "--seeds", "x"], "--seeds"),
+    (["claims", "/nonexistent/folder"], "neither vision_ft.csv"),
+    (["vision", "--out", "/tmp/ftlab-never", "--seeds", "x"], "--seeds"),
+    (["modular", "--out", "/tmp/ftlab-never", "--seeds", ","], "--seeds"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     code, _, err = _run(args, capsys)

@@ -10,6 +10,7 @@ import click
 from ftlab.cli.output import emit, format_option
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_SHOW = ["claim", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm", "seeds", "verdict"]
 
 
 def _seeds(value: str | None):
@@ -24,9 +25,9 @@ def _seeds(value: str | None):
     return seeds
 
 
-def _claims_records(claims) -> list[dict]:
-    return [{"claim": c.claim, "verdict": c.verdict, "effect": round(c.effect, 4), "ci_low": round(c.ci_low, 4),
-             "ci_high": round(c.ci_high, 4), "seeds": c.seeds} for c in claims]
+def _records(table) -> list[dict]:
+    return [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k in _SHOW}
+            for r in table.to_dict("records")]
 
 
 @click.group(context_settings=_CTX)
@@ -35,19 +36,19 @@ def deep():
 
     \b
     The deep-network analogues of the diagonal theory's knobs (Anguita et al. 2026):
-      kappa  relative scale: early layers x kappa, late layers x 1/kappa (kappa < 1 ~ lambda < 0)
-      s      absolute scale: every weight x s (~ c_PT)
-      gamma  scale of the re-initialized readout before fine-tuning (~ gamma_FT)
-      b      Transformer balancedness (||W_E||^2 - ||W_U||^2) / (||W_E||^2 + ||W_U||^2)
-    In Python: ftlab.deep.interventions (relative_scale_, absolute_scale_, reinit_readout_,
-    set_balancedness_) and ftlab.core.geometry (participation_ratio, ensd, linear_cka).
+      kappa  relative scale: an exact, function-preserving move of weight norm from the early
+             layers to the readout (kappa < 1 ~ lambda < 0), ftlab.deep.rebalance_
+      s      absolute scale: every weight x s (~ c_PT), ftlab.deep.absolute_scale_
+      gamma  scale of the fresh readout at the start of fine-tuning (~ gamma_FT)
+      b      Transformer balancedness (|W_in|^2 - |W_U|^2) / (|W_in|^2 + |W_U|^2), set by a
+             function-preserving rescale of the residual stream, ftlab.deep.set_balancedness_
 
     \b
     Examples:
-      ftlab deep resnet --out runs/resnet              # quick ResNet sweep (minutes)
-      ftlab deep resnet --full --width 16 --workers 16  # larger protocol, wider nets
+      ftlab deep vision --out runs/vision               # quick run, both architectures (minutes)
+      ftlab deep vision --full --out runs/vision-full   # 8 paired seeds, full grids (~1 h, 2 cores)
       ftlab deep modular --out runs/modular             # Transformer on (a + b) mod 30
-      ftlab deep claims runs/resnet                     # verdicts from saved tables
+      ftlab deep claims runs/vision                     # verdicts and figures from saved tables
       ftlab deep geometry pre.npy post.npy --center     # PR, ENSD, CKA of two arrays
     """
 
@@ -56,92 +57,82 @@ def _sweep_options(f):
     f = click.option("--scheduler", default=None, help="Dask scheduler address (tcp://host:port).")(f)
     f = click.option("--workers", type=click.IntRange(min=1), default=None,
                      help="Local worker processes (default: all cores).")(f)
-    f = click.option("--seeds", default=None, help="Comma-separated seeds (default: the protocol's).")(f)
+    f = click.option("--seeds", default=None, help="Comma-separated evaluation seeds (default: the protocol's).")(f)
     f = click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
                      help="Folder for tables, checkpoints, figures and claims.csv (reruns resume).")(f)
-    f = click.option("--full", is_flag=True,
-                     help="The larger protocol (about 1-2 h on 2 cores; docs/deep.md) instead of the quick one.")(f)
+    f = click.option("--full", is_flag=True, help="The full protocol (8 paired seeds, full grids; docs/deep.md).")(f)
     return f
 
 
 @deep.command(context_settings=_CTX)
 @_sweep_options
-@click.option("--width", type=click.IntRange(min=1), default=None, help="ResNet width (stem channels).")
-@click.option("--when", type=click.Choice(["after_pt", "init"]), default=None,
-              help="Apply kappa and s after pretraining (default) or at initialization before it.")
-@click.option("--kappa-mode", type=click.Choice(["both", "early"]), default=None,
-              help="kappa scales early x kappa and late x 1/kappa (both) or early only.")
+@click.option("--arch", "archs", multiple=True, type=click.Choice(["resnet18", "nf_resnet18"]),
+              help="Architecture(s) (repeatable; default both).")
+@click.option("--width", type=click.IntRange(min=1), default=None, help="Network width (stem channels).")
 @format_option
-def resnet(full, out, seeds, workers, scheduler, width, when, kappa_mode, fmt):
-    """Pretrain a ResNet-18 on Fashion-MNIST, intervene, fine-tune over n_FT; print the verdicts.
+def vision(full, out, seeds, workers, scheduler, archs, width, fmt):
+    """Pretrain, intervene (kappa, s, gamma; one at a time) and fine-tune two vision networks.
 
     \b
-    Fine-tuning tasks: the 2 Fashion-MNIST classes held out of pretraining, and MNIST (the
-    offline stand-in for SVHN). Writes OUT/resnet_ft.csv, figures and OUT/claims.csv.
-    Example:  ftlab deep resnet --out runs/resnet --seeds 0,1,2,3 --when init
+    (a) ResNet-18 with BatchNorm and (b) the same without normalization and biases, pretrained on
+    8 Fashion-MNIST classes, fine-tuned on 2 of them, on the 2 held-out classes and on MNIST.
+    Writes OUT/vision_*.csv, OUT/claims.csv (claims 1-4), OUT/claims_own.csv and the figures.
+    Example:  ftlab deep vision --out runs/vision --arch nf_resnet18 --seeds 0,1,2,3
     """
-    from ftlab.experiments.deep_claims import resnet as R
-    from ftlab.experiments.deep_claims.pipeline import run_resnet_part, write_claims
+    from ftlab.experiments.deep_claims import vision as V
+    from ftlab.experiments.deep_claims.pipeline import judge, run_vision_part
 
-    proto, grid = R.FULL if full else R.QUICK
-    changes = {k: v for k, v in dict(width=width, when=when, kappa_mode=kappa_mode).items() if v is not None}
+    proto, grid = V.FULL if full else V.QUICK
+    changes = {k: v for k, v in dict(width=width, archs=tuple(archs) or None).items() if v is not None}
     proto = dataclasses.replace(proto, **changes)
     if seeds is not None:
         grid = dataclasses.replace(grid, seeds=_seeds(seeds))
-    _, _, claims = run_resnet_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
-    write_claims(claims, out / "claims.csv")
-    emit(_claims_records(claims), fmt)
+    tables = run_vision_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
+    res = judge(out, tables, None, gamma_default=proto.gamma_default, geometry_at=proto.geometry_at, stages=proto.stages)
+    emit(_records(res.claims), fmt)
 
 
 @deep.command(context_settings=_CTX)
 @_sweep_options
-@click.option("--when", type=click.Choice(["ft_start", "init"]), default=None,
-              help="Set balancedness at the start of fine-tuning (default) or before pretraining.")
+@click.option("--when", "whens", multiple=True, type=click.Choice(["init", "post"]),
+              help="Set balancedness at initialization and/or on the pretrained network (default both).")
 @format_option
-def modular(full, out, seeds, workers, scheduler, when, fmt):
+def modular(full, out, seeds, workers, scheduler, whens, fmt):
     """Transformer: pretrain on (a + b) mod 30, fine-tune on (a + b) mod p over balancedness.
 
     \b
-    p = 3, 5 reuse the factors of 30; p = 7, 11 are new primes. Writes OUT/modular_ft.csv,
-    OUT/fig_modular.png and OUT/claims.csv.
-    Example:  ftlab deep modular --out runs/modular --seeds 0,1,2,3,4
+    p in {3, 5, 10} reuse the prime factors of 30; p in {7, 11, 14} bring a new one. Writes
+    OUT/modular_*.csv, OUT/fig_claim5_balancedness.png and OUT/claims.csv (claim 5).
+    Example:  ftlab deep modular --out runs/modular --seeds 0,1,2,3,4 --when post
     """
     from ftlab.experiments.deep_claims import modular as M
-    from ftlab.experiments.deep_claims.pipeline import run_modular_part, write_claims
+    from ftlab.experiments.deep_claims.pipeline import judge, run_modular_part
 
     proto, grid = M.FULL if full else M.QUICK
-    if when is not None:
-        proto = dataclasses.replace(proto, when=when)
+    if whens:
+        grid = dataclasses.replace(grid, whens=tuple(whens))
     if seeds is not None:
         grid = dataclasses.replace(grid, seeds=_seeds(seeds))
-    _, _, claims = run_modular_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
-    write_claims(claims, out / "claims.csv")
-    emit(_claims_records(claims), fmt)
+    tables = run_modular_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
+    emit(_records(judge(out, None, tables).claims), fmt)
 
 
 @deep.command(context_settings=_CTX)
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--own", is_flag=True, help="Show ftlab's own findings instead of the paper's claims.")
 @format_option
-def claims(folder, fmt):
-    """Recompute the claim verdicts from the tables saved in FOLDER.
+def claims(folder, own, fmt):
+    """Recompute the verdicts and figures from the tables saved in FOLDER.
 
     \b
-    Reads FOLDER/resnet_ft.csv and/or FOLDER/modular_ft.csv (either may be absent).
+    Reads FOLDER/vision_ft.csv and/or FOLDER/modular_ft.csv (either may be absent); rewrites
+    FOLDER/claims.csv, FOLDER/claims_own.csv and the figures.
     Example:  ftlab deep claims results/deep --format csv
     """
-    from ftlab.core.results import load_table
-    from ftlab.experiments.deep_claims import claims as C
+    from ftlab.experiments.deep_claims.pipeline import verdicts_from_folder
 
-    found = []
-    if (folder / "resnet_ft.csv").exists():
-        ft, meta = load_table(folder / "resnet_ft.csv")
-        gamma = (meta.get("params") or {}).get("protocol", {}).get("gamma_default", 1.0)
-        found += C.resnet_claims(ft, gamma_default=gamma)
-    if (folder / "modular_ft.csv").exists():
-        found += C.modular_claims(load_table(folder / "modular_ft.csv")[0])
-    if not (folder / "resnet_ft.csv").exists() and not (folder / "modular_ft.csv").exists():
-        raise FileNotFoundError(f"{folder} holds neither resnet_ft.csv nor modular_ft.csv")
-    emit(_claims_records(found), fmt)
+    res = verdicts_from_folder(folder)
+    emit(_records(res.own if own else res.claims), fmt)
 
 
 @deep.command(context_settings=_CTX)

@@ -360,15 +360,24 @@ class GeometryAccumulator:
 
 
 # ----------------------------------------------------------------------------------- models
-def layer_geometry(reference: torch.nn.Module, model: torch.nn.Module, X: torch.Tensor, layers: Sequence[str], *,
-                   center: bool = False, batch_size: int = 500) -> list[dict]:
-    """Per layer: ``pr_pre`` (of ``reference``), ``pr_post`` (of ``model``), ``ensd`` (feature space)
-    and ``cka`` (linear, biased) of the two models' activations on the same inputs ``X``.
+def layer_geometry(reference: torch.nn.Module | dict[str, np.ndarray], model: torch.nn.Module, X: torch.Tensor,
+                   layers: Sequence[str], *, space: Space = "features", batch_size: int = 500) -> list[dict]:
+    """Per layer, the geometry of ``model``'s activations against ``reference``'s on the same inputs ``X``.
 
-    Both models run in eval mode; layer outputs are flattened to ``(n, features)``.
+    ``reference`` is a model or the dict its :func:`ftlab.core.hooks.activations` returned for ``X``
+    (to reuse one reference across many models). Per layer: ``pr_pre``/``pr_post`` (uncentred PR of
+    the reference / the model), ``pr_pre_c``/``pr_post_c`` (centred), ``ensd``/``ensd_c`` (uncentred /
+    centred ENSD in ``space``: ``"features"`` needs the same neurons, e.g. one network before and
+    after fine-tuning; ``"samples"`` compares the Gram matrices and suits two different networks)
+    and ``cka`` (linear, biased). Models run in eval mode; outputs are flattened to ``(n, features)``.
     """
-    a = activations(reference, X, layers, batch_size=batch_size)
+    check_choice("space", space, ("features", "samples"))
+    a = reference if isinstance(reference, dict) else activations(reference, X, layers, batch_size=batch_size)
     b = activations(model, X, layers, batch_size=batch_size)
-    return [{"layer": n, "pr_pre": participation_ratio(a[n], center=center),
-             "pr_post": participation_ratio(b[n], center=center), "ensd": ensd(a[n], b[n], center=center),
+    missing = [n for n in layers if n not in a]
+    if missing:
+        raise ValueError(f"reference activations lack layer {missing[0]!r}")
+    return [{"layer": n, "pr_pre": participation_ratio(a[n]), "pr_post": participation_ratio(b[n]),
+             "pr_pre_c": participation_ratio(a[n], center=True), "pr_post_c": participation_ratio(b[n], center=True),
+             "ensd": ensd(a[n], b[n], space=space), "ensd_c": ensd(a[n], b[n], center=True, space=space),
              "cka": linear_cka(a[n], b[n])} for n in layers]

@@ -5,8 +5,8 @@ The CIFAR variant: a 3x3 stride-1 stem without max-pooling, four stages of two b
 readout ``fc``. ``width=64`` is the usual ResNet-18; ftlab's CPU experiments use 8-16. Inputs are
 ``(n, in_channels, H, W)`` images of any size >= 8 pixels (28x28 Fashion-MNIST/MNIST, 32x32 CIFAR/SVHN).
 
-Attributes used by :mod:`ftlab.deep.interventions`: ``ftlab_blocks`` lists the depth units in
-forward order (stem, the eight residual blocks), ``ftlab_readout = "fc"``.
+Attributes: ``ftlab_readout = "fc"``; ``ftlab_stages`` names the stage outputs used for geometry.
+:class:`ftlab.models.cnn.NFResNet18` is the same topology without BatchNorm and biases.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class ResNet18(nn.Module):
     """CIFAR-style ResNet-18: ``(n, in_channels, H, W)`` images -> ``(n, num_classes)`` logits."""
 
     ftlab_readout = "fc"
+    ftlab_stages = ("stem", "layer1", "layer2", "layer3", "layer4", "pool")
 
     def __init__(self, *, num_classes: int = 10, width: int = 64, in_channels: int = 3):
         super().__init__()
@@ -70,7 +71,6 @@ class ResNet18(nn.Module):
             prev = c
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(prev, num_classes)
-        self.ftlab_blocks = ["stem"] + [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Penultimate representation ``(n, 8 * width)`` (after global average pooling)."""

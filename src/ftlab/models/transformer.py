@@ -8,8 +8,8 @@ residual connections, **no LayerNorm** (so the scales of the embedding and of th
 normalized away, which is what a balancedness intervention acts on), and a linear readout
 ``unembed``.
 
-Attributes used by :mod:`ftlab.deep.interventions`: ``ftlab_embedding = "embed"``,
-``ftlab_readout = "unembed"``, ``ftlab_blocks`` (embeddings, the blocks, in forward order).
+Attributes used by :mod:`ftlab.deep.interventions` (balancedness and the function-preserving stream
+rescale): ``ftlab_embedding = "embed"``, ``ftlab_positional = "pos"``, ``ftlab_readout = "unembed"``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class ModularTransformer(nn.Module):
     """``(n, 3)`` int64 token ids -> ``(n, n_classes)`` logits read at the ``=`` position."""
 
     ftlab_embedding = "embed"
+    ftlab_positional = "pos"
     ftlab_readout = "unembed"
 
     def __init__(self, *, n_tokens: int, n_classes: int, d_model: int = 64, n_heads: int = 4, d_mlp: int = 128,
@@ -54,7 +55,6 @@ class ModularTransformer(nn.Module):
         self.blocks = nn.ModuleList(_Block(d_model, n_heads, d_mlp) for _ in range(check_int("n_layers", n_layers, 1)))
         self.unembed = nn.Linear(d_model, n_classes)
         self.register_buffer("mask", torch.triu(torch.full((3, 3), float("-inf")), diagonal=1), persistent=False)
-        self.ftlab_blocks = ["embed"] + [f"blocks.{i}" for i in range(n_layers)]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens) + self.pos

@@ -1,3 +1,4 @@
-"""CPU-scale experiments of the deep part: ResNet fine-tuning under init-scale interventions
-(:mod:`.resnet`), a Transformer on modular arithmetic under balancedness (:mod:`.modular`), and the
-claim verdicts with intervals over seeds (:mod:`.claims`)."""
+"""The deep-network studies of the paper's claims at CPU scale: two vision architectures under one
+knob at a time (:mod:`.vision`), a Transformer on modular arithmetic under balancedness
+(:mod:`.modular`), the paired effects and verdicts (:mod:`.claims`), figures (:mod:`.figures`) and
+the end-to-end runner (:mod:`.pipeline`). Data: :mod:`.data`."""

@@ -1,85 +1,124 @@
-"""A Transformer on modular arithmetic: pretrain on (a + b) mod N, fine-tune on (a + b) mod p.
+"""A Transformer on modular arithmetic: pretrain on (a + b) mod N, fine-tune on (a + b) mod p over balancedness.
 
-Protocol (ftlab's proposal, spec theory.md Section 7.4, unconfirmed against the paper; every
-choice is an option of :class:`ModularProtocol`):
+Protocol (ftlab's; the paper's Transformer protocol is not available, so every setting is an option
+of :class:`ModularProtocol` / :class:`ModularGrid`, documented in docs/deep.md):
 
-1. **Pretrain** a one-layer :class:`~ftlab.models.transformer.ModularTransformer` (no
-   LayerNorm) on ``(a + b) mod N`` for ``a, b`` in ``0..N-1`` (N = 30 = 2 * 3 * 5), on a random
-   ``pt_frac`` of the N^2 pairs, full-batch AdamW with weight decay (as in grokking studies).
-2. **Fine-tune** on ``(a + b) mod p`` for the same inputs: *reuse* tasks take p dividing N (the
-   answer is a function of the pretrained answer ``(a + b) mod N``), *new-prime* tasks take primes
-   not dividing N (the answer needs features PT never needed). The readout is re-initialized with
-   ``p`` outputs (normal, gamma = 1), then the **balancedness** ``(||W_E||^2 - ||W_U||^2) /
-   (||W_E||^2 + ||W_U||^2)`` of the token embedding vs the readout is set to the swept value by
-   :func:`~ftlab.deep.interventions.set_balancedness_` (product-preserving; ``when="ft_start"``), or
-   the same is done to the freshly initialized network before pretraining (``when="init"``).
-   Training uses a random ``ft_frac`` of the pairs; test accuracy on all other pairs.
-
-Lower (negative) balancedness puts the scale in the readout: the "upstream" initialization that
-Kunin et al. (2024) found to speed up feature learning and grokking; the paper (Anguita et al.
-2026) reports that lower balancedness helps, most on tasks with new prime factors.
+1. **Pretrain** a one-layer LayerNorm-free :class:`~ftlab.models.transformer.ModularTransformer` on
+   ``(a + b) mod N`` (N = 30 = 2 * 3 * 5) for a random ``pt_frac`` of the N^2 pairs ``a, b`` in
+   ``0..N-1``; full-batch Adam **without weight decay** (weight decay would shrink the weights
+   towards a fixed balance and break the conserved quantity that balancedness is about), until the
+   training loss is below ``loss_target`` or ``pt_steps`` steps.
+2. **Balancedness** ``b = (||W_in||^2 - ||W_U||^2) / (||W_in||^2 + ||W_U||^2)`` (token and positional
+   embeddings vs readout, :func:`ftlab.deep.balancedness`) is set by
+   :func:`ftlab.deep.set_balancedness_`, a function-preserving rescale of the residual stream
+   (positional embeddings scale with the token embedding), either on the freshly initialized
+   network before pretraining (``when="init"``) or on the pretrained network before fine-tuning
+   (``when="post"``, starting from a network pretrained without any rescale).
+3. **Fine-tune** all parameters on ``(a + b) mod p`` for a random ``ft_frac`` of the pairs, after
+   re-initializing the readout with ``p`` outputs at a scale ``gamma`` that is the same for every
+   balancedness arm (same draw); *reuse* tasks take ``p`` dividing N (their answer is a function
+   of the pretrained answer), *new* tasks take ``p`` with a prime factor not dividing N. Test
+   accuracy on all other pairs.
+4. Learning rates: per pretraining arm and per fine-tuning arm, chosen from ``lrs`` on a tuning
+   seed (the rate reaching the loss target in the fewest steps, else the lowest final loss).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
-from ftlab.core.validate import check_choice, check_int, check_range
-from ftlab.deep.interventions import reinit_readout_, set_balancedness_
+from ftlab.core.validate import check_choice, check_int, check_positive, check_range
+from ftlab.deep import balancedness, reinit_readout_, set_balancedness_
 from ftlab.experiments.training import TrainConfig, accuracy, train_
 from ftlab.models.transformer import modular_transformer
 
-__all__ = ["ModularProtocol", "ModularGrid", "QUICK", "FULL", "modular_data", "pretrain_point", "finetune_point",
+__all__ = ["FULL", "QUICK", "ModularGrid", "ModularProtocol", "finetune_point", "modular_data", "pretrain_point",
            "run_modular"]
 
 
 @dataclass(frozen=True)
 class ModularProtocol:
-    """Settings of the modular-arithmetic experiment (ftlab's choices, [U] in docs/deep.md)."""
+    """Settings of the modular-arithmetic experiment (ftlab's choices; docs/deep.md)."""
 
     modulus: int = 30
     pt_frac: float = 0.8
+    ft_frac: float = 0.3
     d_model: int = 64
     n_heads: int = 4
     d_mlp: int = 128
-    lr: float = 3e-3
-    weight_decay: float = 1.0
-    pt_steps: int = 500
-    ft_steps: int = 200
-    when: Literal["ft_start", "init"] = "ft_start"
-    preserve: Literal["product", "total"] = "product"
+    lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
+    pt_steps: int = 1000
+    ft_steps: int = 600
+    loss_target: float = 0.01
     gamma: float = 1.0
+    tune_seed: int = 1000
+    tune_p: int = 7
 
     def __post_init__(self):
         check_int("modulus", self.modulus, minimum=4)
         check_range("pt_frac", self.pt_frac, 0.0, 1.0, lo_open=True, hi_open=True)
+        check_range("ft_frac", self.ft_frac, 0.0, 1.0, lo_open=True, hi_open=True)
         check_int("pt_steps", self.pt_steps, minimum=1)
         check_int("ft_steps", self.ft_steps, minimum=1)
-        check_choice("when", self.when, ("ft_start", "init"))
-        check_choice("preserve", self.preserve, ("product", "total"))
+        for lr in self.lrs:
+            check_positive("learning rate", lr)
+        if not self.lrs:
+            raise ValueError("lrs is empty: give at least one learning rate")
+        check_positive("gamma", self.gamma)
+        check_int("tune_p", self.tune_p, minimum=2)
 
 
 @dataclass(frozen=True)
 class ModularGrid:
-    """Swept values: seeds, fine-tuning moduli (reuse / new primes), fractions, balancedness."""
+    """Swept values: seeds, fine-tuning moduli (reuse / new prime factors), balancedness values."""
 
-    seeds: tuple[int, ...] = (0, 1, 2)
-    reuse: tuple[int, ...] = (3, 5)
-    new: tuple[int, ...] = (7, 11)
-    ft_frac: tuple[float, ...] = (0.3,)
-    balancedness: tuple[float, ...] = (-0.8, 0.0, 0.8)
+    seeds: tuple[int, ...] = (0, 1)
+    reuse: tuple[int, ...] = (3, 5, 10)
+    new: tuple[int, ...] = (7, 11, 14)
+    balancedness: tuple[float, ...] = (-0.9, -0.5, 0.0, 0.5, 0.9)
+    whens: tuple[str, ...] = ("init", "post")
+
+    def __post_init__(self):
+        for b in self.balancedness:
+            check_range("balancedness", b, -1.0, 1.0, lo_open=True, hi_open=True)
+        if 0.0 not in self.balancedness:
+            raise ValueError(f"balancedness={self.balancedness} must include 0 (the reference arm)")
+        for w in self.whens:
+            check_choice("when", w, ("init", "post"))
+        for p in (*self.reuse, *self.new):
+            check_int("p", p, minimum=2)
+        if not self.seeds:
+            raise ValueError("seeds is empty: give at least one seed")
 
 
-QUICK = (ModularProtocol(), ModularGrid())
-FULL = (ModularProtocol(pt_steps=1500, ft_steps=600),
-        ModularGrid(seeds=tuple(range(6)), reuse=(3, 5, 6, 10), new=(7, 11, 13), ft_frac=(0.2, 0.4),
-                    balancedness=(-0.9, -0.5, 0.0, 0.5, 0.9)))
+QUICK = (ModularProtocol(lrs=(3e-3,), pt_steps=400, ft_steps=300),
+         ModularGrid(seeds=(0, 1), reuse=(5,), new=(7,), balancedness=(-0.9, 0.0, 0.9)))
+FULL = (ModularProtocol(), ModularGrid(seeds=tuple(range(8))))
+
+
+def _prime_factors(n: int) -> set[int]:
+    out, d = set(), 2
+    while d * d <= n:
+        while n % d == 0:
+            out.add(d)
+            n //= d
+        d += 1
+    if n > 1:
+        out.add(n)
+    return out
+
+
+def task_kind(modulus: int, p: int) -> str:
+    """``"reuse"`` if every prime factor of ``p`` divides ``modulus``, else ``"new"``."""
+    return "reuse" if _prime_factors(p) <= _prime_factors(modulus) else "new"
 
 
 def modular_data(modulus: int, p: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +134,7 @@ def _split(n: int, frac: float, seed) -> tuple[np.ndarray, np.ndarray]:
     return perm[:k], perm[k:]
 
 
-def _ckpt(cache: str, seed: int, b_init) -> Path:
+def _ckpt(cache: str, seed: int, b_init: float | None) -> Path:
     return Path(cache) / f"modular_pt_seed{seed}_b{'none' if b_init is None else f'{b_init:g}'}.safetensors"
 
 
@@ -104,7 +143,12 @@ def _model(proto: ModularProtocol, n_classes: int, seed=None):
                                n_heads=proto.n_heads, d_mlp=proto.d_mlp, seed=seed)
 
 
-def pretrain_point(*, seed: int, b_init, protocol: dict, cache: str) -> dict:
+def _cfg(proto: ModularProtocol, lr: float, steps: int) -> TrainConfig:
+    return TrainConfig(optimizer="adamw", lr=lr, weight_decay=0.0, batch_size=None, max_steps=steps,
+                       loss_tol=proto.loss_target)
+
+
+def pretrain_point(*, seed: int, b_init: float | None, lr: float, protocol: dict, cache: str, save: bool = True) -> dict:
     """Pretrain on (a + b) mod N (balancedness set at init when ``b_init`` is not None); save it."""
     from safetensors.torch import save_file
 
@@ -114,61 +158,83 @@ def pretrain_point(*, seed: int, b_init, protocol: dict, cache: str) -> dict:
     tr, te = _split(len(y), proto.pt_frac, [seed, 11])
     model = _model(proto, proto.modulus, seed=seed)
     if b_init is not None:
-        set_balancedness_(model, b_init, preserve=proto.preserve)
-    cfg = TrainConfig(optimizer="adamw", lr=proto.lr, max_steps=proto.pt_steps, batch_size=None,
-                      weight_decay=proto.weight_decay, drop_last=True, order="torch")
-    res = train_(model, X[tr], y[tr], config=cfg, seed=seed)
-    path = _ckpt(cache, seed, b_init)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
-    tmp.replace(path)
-    return {"pt_acc": accuracy(model, X[te], y[te]), "pt_loss": res.residual}
+        set_balancedness_(model, b_init)
+    res = train_(model, X[tr], y[tr], config=_cfg(proto, lr, proto.pt_steps), seed=seed)
+    if save:
+        path = _ckpt(cache, seed, b_init)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
+        tmp.replace(path)
+    ok = math.isfinite(res.residual)
+    return {"pt_acc": accuracy(model, X[te], y[te]) if ok else math.nan, "pt_loss": res.residual,
+            "pt_steps": res.n_iter, "pt_converged": res.converged, "b_after_pt": balancedness(model) if ok else math.nan}
 
 
-def finetune_point(*, seed: int, p: int, kind: str, ft_frac: float, balancedness: float, protocol: dict,
-                   cache: str) -> dict:
-    """Fine-tune the pretrained Transformer on (a + b) mod p at a given balancedness."""
+def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protocol: dict, cache: str) -> dict:
+    """Fine-tune on (a + b) mod p from the pretrained network of the arm (see the module docs)."""
     from safetensors.torch import load_file
 
     torch.set_num_threads(1)
     proto = ModularProtocol(**protocol)
     model = _model(proto, proto.modulus)
-    b_init = balancedness if proto.when == "init" else None
-    model.load_state_dict(load_file(str(_ckpt(cache, seed, b_init))))
+    model.load_state_dict(load_file(str(_ckpt(cache, seed, b if when == "init" else None))))
+    b_pt = balancedness(model)
+    if when == "post":
+        set_balancedness_(model, b)
     reinit_readout_(model, gamma=proto.gamma, out_features=p, seed=seed * 1009 + p)
-    rec = set_balancedness_(model, balancedness, preserve=proto.preserve) if proto.when == "ft_start" else None
+    b_start = balancedness(model)
     X, y = modular_data(proto.modulus, p)
-    tr, te = _split(len(y), ft_frac, [seed, p, 13])
-    cfg = TrainConfig(optimizer="adamw", lr=proto.lr, max_steps=proto.ft_steps, batch_size=None,
-                      weight_decay=proto.weight_decay, drop_last=True, order="torch")
-    res = train_(model, X[tr], y[tr], config=cfg, seed=seed)
-    return {"acc": accuracy(model, X[te], y[te]), "train_loss": res.residual,
-            "b_before": rec.before if rec is not None else float("nan")}
+    tr, te = _split(len(y), proto.ft_frac, [seed, p, 13])
+    res = train_(model, X[tr], y[tr], config=_cfg(proto, lr, proto.ft_steps), seed=seed)
+    ok = math.isfinite(res.residual)
+    return {"acc": accuracy(model, X[te], y[te]) if ok else math.nan, "ft_loss": res.residual, "ft_steps": res.n_iter,
+            "ft_converged": res.converged, "b_pt_end": b_pt, "b_ft_start": b_start}
 
 
-def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=None, scheduler=None):
-    """Both stages (resumable, under ``out_dir``); returns ``(pt DataFrame, ft DataFrame)``."""
+def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=None,
+                scheduler=None) -> dict[str, pd.DataFrame]:
+    """Learning-rate tuning, pretraining and fine-tuning (resumable, under ``out_dir``); returns
+    ``{"pt_tune", "pt", "ft_tune", "ft"}`` (``ft`` has a ``kind`` column: reuse / new)."""
     from ftlab.core.sweep import run_sweep
+    from ftlab.experiments.deep_claims.vision import pick_lr
 
-    for p in (*grid.reuse, *grid.new):
-        check_int("p", p, minimum=2)
-    bad = [p for p in grid.reuse if proto.modulus % p]
+    bad = [p for p in grid.reuse if task_kind(proto.modulus, p) != "reuse"]
     if bad:
-        raise ValueError(f"reuse modulus p={bad[0]} does not divide N={proto.modulus}")
-    bad = [p for p in grid.new if proto.modulus % p == 0]
+        raise ValueError(f"reuse modulus p={bad[0]} has a prime factor that does not divide N={proto.modulus}")
+    bad = [p for p in grid.new if task_kind(proto.modulus, p) != "new"]
     if bad:
-        raise ValueError(f"new-prime modulus p={bad[0]} divides N={proto.modulus}: it is a reuse task")
+        raise ValueError(f"new-prime modulus p={bad[0]} has only prime factors of N={proto.modulus}: it is a reuse task")
+    if proto.tune_seed in grid.seeds:
+        raise ValueError(f"tune_seed={proto.tune_seed} is also an evaluation seed: choose another")
     out = Path(out_dir)
     cache = str(out / "checkpoints")
     pdict = dataclasses.asdict(proto)
-    b_inits = list(grid.balancedness) if proto.when == "init" else [None]
-    pt_points = [dict(seed=s, b_init=b, protocol=pdict, cache=cache) for s in grid.seeds for b in b_inits]
-    pt = run_sweep(pretrain_point, pt_points, store=out / "modular_pt.jsonl", workers=workers, scheduler=scheduler,
-                   desc="deep: modular pretrain")
-    tasks = [(p, "reuse") for p in grid.reuse] + [(p, "new") for p in grid.new]
-    points = [dict(seed=s, p=p, kind=k, ft_frac=f, balancedness=float(b), protocol=pdict, cache=cache)
-              for s in grid.seeds for p, k in tasks for f in grid.ft_frac for b in grid.balancedness]
-    ft = run_sweep(finetune_point, points, store=out / "modular_ft.jsonl", workers=workers, scheduler=scheduler,
-                   desc="deep: modular fine-tune")
-    return pt.drop(columns=["protocol", "cache"]), ft.drop(columns=["protocol", "cache"])
+
+    def sweep(fn, points, name, desc):
+        df = run_sweep(fn, points, store=out / f"{name}.jsonl", workers=workers, scheduler=scheduler, desc=desc)
+        return df.drop(columns=[c for c in ("protocol", "cache", "save") if c in df.columns])
+
+    b_inits: list[Any] = ([None] if "post" in grid.whens else []) + (
+        [float(b) for b in grid.balancedness] if "init" in grid.whens else [])
+    pts = [dict(seed=proto.tune_seed, b_init=b, lr=lr, protocol=pdict, cache=cache, save=False)
+           for b in b_inits for lr in proto.lrs]
+    pt_tune = sweep(pretrain_point, pts, "modular_pt_tune", "deep: tune modular PT learning rates")
+    pt_tune["b_key"] = pt_tune.b_init.map(lambda v: "none" if v is None or v != v else f"{v:g}")
+    pt_lr = pick_lr(pt_tune, ["b_key"], loss="pt_loss", steps="pt_steps", converged="pt_converged")
+    def key(b: float | None) -> tuple[str]:
+        return ("none" if b is None else f"{b:g}",)
+
+    pts = [dict(seed=s, b_init=b, lr=pt_lr[key(b)], protocol=pdict, cache=cache)
+           for s in (proto.tune_seed, *grid.seeds) for b in b_inits]
+    pt = sweep(pretrain_point, pts, "modular_pt", "deep: modular pretrain")
+    arms = [(w, float(b)) for w in grid.whens for b in grid.balancedness]
+    pts = [dict(seed=proto.tune_seed, p=proto.tune_p, when=w, b=b, lr=lr, protocol=pdict, cache=cache)
+           for w, b in arms for lr in proto.lrs]
+    ft_tune = sweep(finetune_point, pts, "modular_ft_tune", "deep: tune modular FT learning rates")
+    ft_lr = pick_lr(ft_tune, ["when", "b"], loss="ft_loss", steps="ft_steps", converged="ft_converged")
+    pts = [dict(seed=s, p=p, when=w, b=b, lr=ft_lr[(w, b)], protocol=pdict, cache=cache)
+           for s in grid.seeds for p in (*grid.reuse, *grid.new) for w, b in arms]
+    ft = sweep(finetune_point, pts, "modular_ft", "deep: modular fine-tune")
+    ft["kind"] = [task_kind(proto.modulus, int(p)) for p in ft.p]
+    return {"pt_tune": pt_tune.drop(columns=["b_key"]), "pt": pt, "ft_tune": ft_tune, "ft": ft}

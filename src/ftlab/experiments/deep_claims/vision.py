@@ -1,0 +1,381 @@
+"""Vision experiments: two architectures pretrained, intervened on one knob at a time, and fine-tuned.
+
+Protocol (ftlab's; the paper's deep-network protocol is not available, so every setting is an
+option of :class:`VisionProtocol` / :class:`VisionGrid`, documented in docs/deep.md):
+
+* **Architectures**, side by side: ``resnet18`` (:class:`ftlab.models.resnet.ResNet18`, with
+  BatchNorm, the paper's) and ``nf_resnet18`` (:class:`ftlab.models.cnn.NFResNet18`, the same
+  topology without normalization and biases, in which a rebalance is exact).
+* **Knobs, one at a time** (an *arm* is ``(knob, when, value)``; the baseline is
+  ``("none", "-", 1)``): relative scale ``kappa`` at pretraining initialization (``when="init"``,
+  the analogue of lambda_PT) and as a function-preserving rebalance of the pretrained network
+  (``when="post"``), both by :func:`ftlab.deep.rebalance_` (``normalization="absorb"`` for the
+  BatchNorm network, where it only changes effective learning rates); absolute scale ``s`` at
+  pretraining initialization (:func:`ftlab.deep.absolute_scale_`, the analogue of c_PT); readout
+  scale ``gamma`` of the fresh readout at the start of fine-tuning (``when="ft"``,
+  :func:`ftlab.deep.reinit_readout_`, the analogue of gamma_FT), ``gamma_default`` otherwise.
+* **Pretraining**: ``n_pt`` class-balanced Fashion-MNIST images of the 8 pretraining classes,
+  SGD with momentum, warm-up then cosine decay over ``pt_epochs`` epochs, stopped at the first
+  epoch whose mean training loss is below ``loss_target``.
+* **Fine-tuning**: all parameters, on ``n_ft`` class-balanced images of a task (``pt_subset``,
+  ``heldout``, ``mnist``; :mod:`.data`), SGD with momentum and a constant learning rate until the
+  epoch-mean training loss is below ``loss_target`` or ``ft_max_steps`` steps; BatchNorm running
+  statistics are then recomputed on the fine-tuning images (``resnet18``).
+* **Learning rates**: for every (architecture, pretraining arm) and every (architecture,
+  fine-tuning arm), the rate is chosen from a small grid (``pt_lrs``, ``ft_lrs``) on a tuning seed
+  that is not an evaluation seed: the rate that reaches the loss target in the fewest steps, else
+  the lowest final training loss; diverged runs are never chosen. Every tuning run is recorded.
+* **Pairing**: for a seed, every arm sees the same class split, pretraining images and batch
+  order, fine-tuning images, readout draw (up to its scale) and batch order.
+* **Measures**: test accuracy on ``n_test`` test images of the task; the reached training loss of
+  both stages; at ``n_ft == geometry_at``, per stage, the PR (centred and uncentred) of the
+  fine-tuned representation and its ENSD (centred and uncentred, sample space) and linear CKA with
+  the *unintervened* pretrained network of the same seed, on ``n_geometry`` task images.
+
+Stages run through :func:`ftlab.core.sweep.run_sweep` (resumable); pretrained networks are cached
+as safetensors files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ftlab.core.validate import check_choice, check_int, check_positive
+from ftlab.deep import absolute_scale_, rebalance_, recalibrate_batchnorm_, reinit_readout_
+from ftlab.experiments.deep_claims.data import FT_TASKS, N_PT_CLASSES, balanced_subset, pt_pool, task_pool, to_tensor
+from ftlab.experiments.training import TrainConfig, TrainResult, accuracy, train_
+
+__all__ = ["ARCHS", "FULL", "QUICK", "Arm", "VisionGrid", "VisionProtocol", "arms", "elr_table", "finetune_point",
+           "pick_lr", "pretrain_point", "run_vision"]
+
+ARCHS = ("resnet18", "nf_resnet18")
+Arm = tuple[str, str, float]  # (knob, when, value)
+BASELINE: Arm = ("none", "-", 1.0)
+
+
+@dataclass(frozen=True)
+class VisionProtocol:
+    """Every fixed setting of the vision experiments (ftlab's choices; docs/deep.md)."""
+
+    archs: tuple[str, ...] = ARCHS
+    width: int = 8
+    downsample: int = 2
+    n_pt: int = 1200
+    pt_epochs: int = 40
+    pt_batch: int = 128
+    pt_lrs: tuple[float, ...] = (0.05, 0.1, 0.2)
+    pt_tune_epochs: int = 12
+    ft_batch: int = 64
+    ft_max_steps: int = 300
+    ft_lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+    ft_tune_task: str = "mnist"
+    ft_tune_n: int = 100
+    momentum: float = 0.9
+    loss_target: float = 0.01
+    gamma_default: float = 1.0
+    n_test: int = 1000
+    n_geometry: int = 256
+    geometry_at: int = 100
+    stages: tuple[str, ...] = ("stem", "layer1", "layer2", "layer3", "layer4", "pool")
+    tune_seed: int = 1000
+    bn_recalibrate: bool = True
+
+    def __post_init__(self):
+        for a in self.archs:
+            check_choice("arch", a, ARCHS)
+        check_int("width", self.width, minimum=1)
+        check_int("downsample", self.downsample, minimum=1)
+        check_int("n_pt", self.n_pt, minimum=8)
+        check_int("pt_epochs", self.pt_epochs, minimum=1)
+        check_int("pt_tune_epochs", self.pt_tune_epochs, minimum=1)
+        check_int("ft_max_steps", self.ft_max_steps, minimum=1)
+        check_choice("ft_tune_task", self.ft_tune_task, FT_TASKS)
+        for lr in (*self.pt_lrs, *self.ft_lrs):
+            check_positive("learning rate", lr)
+        if not self.pt_lrs or not self.ft_lrs:
+            raise ValueError("pt_lrs and ft_lrs must each hold at least one learning rate")
+        check_positive("loss_target", self.loss_target)
+        check_positive("gamma_default", self.gamma_default)
+
+
+@dataclass(frozen=True)
+class VisionGrid:
+    """The swept values: seeds, tasks, n_FT, and the knob values (the baseline is always included).
+
+    ``knob_n_ft``: the n_FT values at which the kappa and s arms are fine-tuned (``None`` = all of
+    ``n_ft``); the gamma arms and the baseline always use every ``n_ft``."""
+
+    seeds: tuple[int, ...] = (0, 1)
+    tasks: tuple[str, ...] = FT_TASKS
+    n_ft: tuple[int, ...] = (10, 30, 100, 300)
+    kappa: tuple[float, ...] = (0.5, 2.0)
+    s: tuple[float, ...] = (0.5, 2.0)
+    gamma: tuple[float, ...] = (0.03, 0.1, 0.3, 3.0, 10.0)
+    knob_n_ft: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        for t in self.tasks:
+            check_choice("task", t, FT_TASKS)
+        for v in (*self.kappa, *self.s, *self.gamma):
+            check_positive("kappa/s/gamma", v)
+        for n in self.n_ft:
+            check_int("n_ft", n, minimum=1)
+        if self.knob_n_ft is not None and not set(self.knob_n_ft) <= set(self.n_ft):
+            raise ValueError(f"knob_n_ft={self.knob_n_ft} must be a subset of n_ft={self.n_ft}")
+        if not self.seeds:
+            raise ValueError("seeds is empty: give at least one seed")
+
+
+QUICK = (VisionProtocol(n_pt=600, pt_epochs=30, pt_lrs=(0.1,), ft_lrs=(0.03,), ft_max_steps=150, n_test=500,
+                        n_geometry=128, geometry_at=30),
+         VisionGrid(seeds=(0, 1), n_ft=(10, 30, 100), kappa=(0.5,), s=(0.5,), gamma=(0.1, 10.0)))
+FULL = (VisionProtocol(),
+        VisionGrid(seeds=tuple(range(8)), knob_n_ft=(30, 100)))
+
+
+def arms(grid: VisionGrid, *, gamma_default: float = 1.0) -> list[Arm]:
+    """The baseline first, then kappa at init, kappa after PT, s at init, gamma at FT (no duplicates of
+    the baseline)."""
+    out: list[Arm] = [BASELINE]
+    out += [("kappa", "init", float(k)) for k in grid.kappa if k != 1.0]
+    out += [("kappa", "post", float(k)) for k in grid.kappa if k != 1.0]
+    out += [("s", "init", float(v)) for v in grid.s if v != 1.0]
+    out += [("gamma", "ft", float(g)) for g in grid.gamma if g != gamma_default]
+    return out
+
+
+def _pt_arm(arm: Arm) -> Arm:
+    return arm if arm[1] == "init" else BASELINE
+
+
+def _arm_label(arm: Arm) -> str:
+    return "baseline" if arm[0] == "none" else f"{arm[0]}={arm[2]:g}@{arm[1]}"
+
+
+def _model(arch: str, num_classes: int, width: int, seed: int | None = None) -> torch.nn.Module:
+    from ftlab.models.cnn import nf_resnet18
+    from ftlab.models.resnet import resnet18
+
+    build = resnet18 if arch == "resnet18" else nf_resnet18
+    return build(num_classes=num_classes, width=width, in_channels=1, seed=seed)
+
+
+def _normalization(arch: str) -> str:
+    return "absorb" if arch == "resnet18" else "refuse"
+
+
+def _ckpt(cache: str, arch: str, seed: int, arm: Arm) -> Path:
+    knob, when, value = arm
+    return Path(cache) / f"pt_{arch}_seed{seed}_{knob}{value:g}.safetensors"
+
+
+def _fit(model, X, y, *, lr: float, proto: VisionProtocol, seed: int, stage: str, n_epochs: int | None = None,
+         max_steps: int | None = None) -> TrainResult:
+    if stage == "pt":
+        cfg = TrainConfig(lr=lr, momentum=proto.momentum, batch_size=proto.pt_batch, epochs=n_epochs,
+                          schedule="warmup_cosine", loss_tol=proto.loss_target, drop_last=True)
+    else:
+        cfg = TrainConfig(lr=lr, momentum=proto.momentum, batch_size=min(proto.ft_batch, int(y.shape[0])),
+                          max_steps=max_steps, loss_tol=proto.loss_target)
+    return train_(model, X, y, config=cfg, seed=seed)
+
+
+def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, protocol: dict, cache: str,
+                   tune: bool = False) -> dict:
+    """Pretrain one network (initialized, then intervened at init for the kappa/s arms); save it unless
+    ``tune`` (a learning-rate tuning run of ``pt_tune_epochs`` epochs). Returns the reached training
+    loss, steps, epochs, convergence and the test accuracy on the pretraining classes."""
+    from safetensors.torch import save_file
+
+    torch.set_num_threads(1)
+    proto = VisionProtocol(**protocol)
+    x, y, k = pt_pool("train", seed)
+    idx = balanced_subset(y, proto.n_pt, seed=[seed, 1])
+    X, Y = to_tensor(x[idx], proto.downsample), torch.from_numpy(y[idx])
+    model = _model(arch, k, proto.width, seed=seed)
+    if knob == "kappa":
+        rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
+    elif knob == "s":
+        absolute_scale_(model, value)
+    res = _fit(model, X, Y, lr=lr, proto=proto, seed=seed, stage="pt",
+               n_epochs=proto.pt_tune_epochs if tune else proto.pt_epochs)
+    xt, yt, _ = pt_pool("test", seed)
+    ti = np.random.default_rng([seed, 5]).permutation(len(yt))[:proto.n_test]
+    acc = accuracy(model, to_tensor(xt[ti], proto.downsample), torch.from_numpy(yt[ti])) if math.isfinite(
+        res.residual) else math.nan
+    if not tune:
+        path = _ckpt(cache, arch, seed, (knob, "init", value))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        save_file({n: t.contiguous() for n, t in model.state_dict().items()}, str(tmp))
+        tmp.replace(path)
+    return {"pt_loss": res.residual, "pt_steps": res.n_iter, "pt_epochs": res.epochs, "pt_converged": res.converged,
+            "pt_acc": acc}
+
+
+def _load(arch: str, proto: VisionProtocol, cache: str, seed: int, arm: Arm, k_pt: int) -> torch.nn.Module:
+    from safetensors.torch import load_file
+
+    model = _model(arch, k_pt, proto.width)
+    model.load_state_dict(load_file(str(_ckpt(cache, arch, seed, _pt_arm(arm)))))
+    return model
+
+
+def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, when: str, value: float, lr: float,
+                   protocol: dict, cache: str, max_steps: int | None = None, geometry: bool = False) -> dict:
+    """One fine-tuning run: load the pretrained network of the arm, rebalance it (kappa after PT),
+    re-initialize the readout (gamma), fine-tune, evaluate; optionally per-stage geometry against
+    the unintervened pretrained network of the same seed."""
+    torch.set_num_threads(1)
+    proto = VisionProtocol(**protocol)
+    arm: Arm = (knob, when, float(value))
+    k_pt = N_PT_CLASSES
+    model = _load(arch, proto, cache, seed, arm, k_pt)
+    if knob == "kappa" and when == "post":
+        rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
+    x, y, k = task_pool(task, "train", seed)
+    tid = FT_TASKS.index(task)
+    gamma = float(value) if knob == "gamma" else proto.gamma_default
+    reinit_readout_(model, gamma=gamma, out_features=k, seed=seed * 100003 + tid * 1009 + n_ft)
+    idx = balanced_subset(y, n_ft, seed=[seed, tid, n_ft])
+    X_ft, y_ft = to_tensor(x[idx], proto.downsample), torch.from_numpy(y[idx])
+    res = _fit(model, X_ft, y_ft, lr=lr, proto=proto, seed=seed, stage="ft",
+               max_steps=proto.ft_max_steps if max_steps is None else max_steps)
+    rec: dict = {"ft_loss": res.residual, "ft_steps": res.n_iter, "ft_converged": res.converged}
+    if not math.isfinite(res.residual):
+        return {**rec, "acc": math.nan}
+    if proto.bn_recalibrate and arch == "resnet18":
+        recalibrate_batchnorm_(model, X_ft)
+    xt, yt, _ = task_pool(task, "test", seed)
+    ti = np.random.default_rng([seed, tid, 2]).permutation(len(yt))[:proto.n_test]
+    rec["acc"] = accuracy(model, to_tensor(xt[ti], proto.downsample), torch.from_numpy(yt[ti]))
+    if geometry and proto.n_geometry > 0:
+        from ftlab.core.geometry import layer_geometry
+        from ftlab.core.hooks import activations
+
+        gi = balanced_subset(y, min(proto.n_geometry, len(y)), seed=[seed, tid, 3])
+        Xg = to_tensor(x[gi], proto.downsample)
+        ref = activations(_load(arch, proto, cache, seed, BASELINE, k_pt), Xg, list(proto.stages))
+        for row in layer_geometry(ref, model, Xg, list(proto.stages), space="samples"):
+            for key in ("pr_pre", "pr_pre_c", "pr_post", "pr_post_c", "ensd", "ensd_c", "cka"):
+                rec[f"{key}:{row['layer']}"] = row[key]
+    return rec
+
+
+def pick_lr(tune: pd.DataFrame, keys: list[str], *, loss: str, steps: str, converged: str) -> dict[tuple, float]:
+    """The chosen learning rate per group of ``keys`` of a tuning table: among finite runs, the one
+    that converged in the fewest steps, else the lowest final loss (ties: the smaller rate). When
+    every rate diverged, the smallest one is returned (its runs then record the divergence: an
+    infinite loss and a missing accuracy, never a silent success)."""
+    out: dict[tuple, float] = {}
+    for key, g in tune.groupby(keys, sort=False):
+        k = key if isinstance(key, tuple) else (key,)
+        ok = g[np.isfinite(pd.to_numeric(g[loss], errors="coerce").astype(float))]
+        if ok.empty:
+            out[k] = float(g["lr"].min())
+            continue
+        conv = ok[ok[converged].astype(bool)]
+        best = conv.sort_values([steps, "lr"]).iloc[0] if len(conv) else ok.sort_values([loss, "lr"]).iloc[0]
+        out[k] = float(best["lr"])
+    return out
+
+
+def elr_table(proto: VisionProtocol, grid: VisionGrid) -> pd.DataFrame:
+    """Per architecture and kappa/s arm, the factor by which each stage's weights were scaled and the
+    resulting change of the effective SGD learning rate of its scale-invariant weights (``1/f^2``;
+    only weights that feed a BatchNorm are scale-invariant), at initialization (deterministic)."""
+    rows = []
+    for arch in proto.archs:
+        for arm in arms(grid, gamma_default=proto.gamma_default):
+            knob, when, value = arm
+            if knob not in ("kappa", "s"):
+                continue
+            model = _model(arch, 8, proto.width, seed=0)
+            before = {n: p.detach().double().norm().item() for n, p in model.named_parameters()}
+            invariant = set()
+            if knob == "kappa":
+                rec = rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
+                invariant = {u.name + ".weight" for u in rec.units if u.normalized}
+            else:
+                absolute_scale_(model, value)
+                if arch == "resnet18":
+                    invariant = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)}
+                    invariant = {n + ".weight" for n in invariant}
+            for stage in (*proto.stages[:-1], "fc"):
+                names = [n for n in before if n.startswith(stage + ".") and n.endswith("weight")]
+                names = [n for n in names if ".bn" not in n and not n.endswith("shortcut.1.weight")]
+                if not names:
+                    continue
+                params = dict(model.named_parameters())
+                f = [params[n].detach().double().norm().item() / before[n] for n in names if before[n] > 0]
+                inv = [n for n in names if n in invariant and before[n] > 0]
+                elr = [(before[n] / params[n].detach().double().norm().item()) ** 2 for n in inv]
+                rows.append({"arch": arch, "knob": knob, "when": when, "value": value, "stage": stage,
+                             "weight_factor": float(np.exp(np.mean(np.log(f)))) if f else math.nan,
+                             "elr_factor": float(np.exp(np.mean(np.log(elr)))) if elr else math.nan})
+    return pd.DataFrame(rows)
+
+
+def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None, scheduler=None) -> dict[str, pd.DataFrame]:
+    """All four stages (resumable, under ``out_dir``): pretraining learning-rate tuning, pretraining,
+    fine-tuning learning-rate tuning, fine-tuning. Returns ``{"pt_tune", "pt", "ft_tune", "ft"}``."""
+    from ftlab.core.sweep import run_sweep
+
+    out = Path(out_dir)
+    cache = str(out / "checkpoints")
+    pdict = dataclasses.asdict(proto)
+    all_arms = arms(grid, gamma_default=proto.gamma_default)
+    pt_arms = sorted({_pt_arm(a) for a in all_arms}, key=all_arms.index)
+    if proto.tune_seed in grid.seeds:
+        raise ValueError(f"tune_seed={proto.tune_seed} is also an evaluation seed: choose another")
+
+    def sweep(fn, points, name, desc):
+        df = run_sweep(fn, points, store=out / f"{name}.jsonl", workers=workers, scheduler=scheduler, desc=desc)
+        return df.drop(columns=[c for c in ("protocol", "cache") if c in df.columns])
+
+    pts = [dict(arch=a, seed=proto.tune_seed, knob=k, value=v, lr=lr, protocol=pdict, cache=cache, tune=True)
+           for a in proto.archs for k, _, v in pt_arms for lr in proto.pt_lrs]
+    pt_tune = sweep(pretrain_point, pts, "vision_pt_tune", "deep: tune PT learning rates")
+    pt_lr = pick_lr(pt_tune, ["arch", "knob", "value"], loss="pt_loss", steps="pt_steps", converged="pt_converged")
+    seeds = (proto.tune_seed, *grid.seeds)
+    pts = [dict(arch=a, seed=s, knob=k, value=v, lr=pt_lr[(a, k, v)], protocol=pdict, cache=cache)
+           for a in proto.archs for s in seeds for k, _, v in pt_arms]
+    _require_checkpoints(out / "vision_pt.jsonl", pts)
+    pt = sweep(pretrain_point, pts, "vision_pt", "deep: pretrain")
+    pts = [dict(arch=a, seed=proto.tune_seed, task=proto.ft_tune_task, n_ft=proto.ft_tune_n, knob=k, when=w,
+                value=v, lr=lr, protocol=pdict, cache=cache) for a in proto.archs for k, w, v in all_arms
+           for lr in proto.ft_lrs]
+    ft_tune = sweep(finetune_point, pts, "vision_ft_tune", "deep: tune FT learning rates")
+    ft_lr = pick_lr(ft_tune, ["arch", "knob", "when", "value"], loss="ft_loss", steps="ft_steps",
+                    converged="ft_converged")
+    pts = []
+    for a in proto.archs:
+        for s in grid.seeds:
+            for t in grid.tasks:
+                for k, w, v in all_arms:
+                    ns = grid.n_ft if k in ("none", "gamma") or grid.knob_n_ft is None else grid.knob_n_ft
+                    for n in ns:
+                        pts.append(dict(arch=a, seed=s, task=t, n_ft=n, knob=k, when=w, value=v,
+                                        lr=ft_lr[(a, k, w, v)], protocol=pdict, cache=cache,
+                                        geometry=n == proto.geometry_at))
+    ft = sweep(finetune_point, pts, "vision_ft", "deep: fine-tune")
+    return {"pt_tune": pt_tune, "pt": pt, "ft_tune": ft_tune, "ft": ft}
+
+
+def _require_checkpoints(store: Path, points: list[dict]) -> None:
+    """A finished pretraining point whose checkpoint was deleted cannot be resumed silently."""
+    from ftlab.core.sweep import point_key, read_store
+
+    done = read_store(store)
+    missing = [p for p in points if point_key(pretrain_point, p) in done
+               and not _ckpt(p["cache"], p["arch"], p["seed"], (p["knob"], "init", p["value"])).exists()]
+    if missing:
+        raise ValueError(f"{len(missing)} pretrained checkpoints listed in {store} are missing from "
+                         f"{missing[0]['cache']}: delete the store to recompute them")
