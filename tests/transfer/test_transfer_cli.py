@@ -215,3 +215,32 @@ def test_cli_missing_keys(folders, tmp_path, capsys):
     args[args.index("--source-finetuned") + 1] = str(tmp_path / "partial.safetensors")
     code, _, err = run(args + ["--source-arch", str(folders / "A")], capsys)
     assert code == 2 and "missing" in err and dropped in err and not out.exists()
+
+
+def test_cli_diagnose_writes_the_diagnosis_and_no_model(folders, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from ftlab.transfer import diagnose
+
+    out = tmp_path / "diag"
+    try:
+        main(base_args(folders, out) + ["--diagnose"])
+    except SystemExit as exc:  # click may exit 0 explicitly
+        assert exc.code in (0, None)
+    assert "carries over" in capsys.readouterr().out
+    assert not (out / "model.safetensors").exists() and not (out / "task_vector.safetensors").exists()
+    rep = json.loads((out / "diagnosis.json").read_text())
+    assert 0.0 <= rep["estimate"] <= 1.0 + 1e-9
+    q = next(r for r in rep["layers"] if r["target"] == "bert.encoder.layer.2.attention.self.query")
+    assert q["in_dims"] == 16 and 0 <= q["in_rank"] <= 16 and q["out_statistic"] == "grad"
+    # the CLI and the Python function agree
+    A = transformers.BertForSequenceClassification.from_pretrained(folders / "A")
+    A_ft = transformers.BertForSequenceClassification.from_pretrained(folders / "A_ft")
+    B = transformers.BertForSequenceClassification.from_pretrained(folders / "B")
+    cal = load_file(str(folders / "cal.safetensors"))
+    batches = [{k: v[i:i + 4] for k, v in cal.items()} for i in range(0, 12, 4)]
+    d = diagnose(A, A_ft, B, batches, lambda m, b: m(**b).loss)
+    assert d.estimate == pytest.approx(rep["estimate"], rel=1e-6)
+    # a method that fits no maps cannot be diagnosed
+    code, _, err = run(base_args(folders, tmp_path / "d2") + ["--diagnose", "--method", "naive"], capsys)
+    assert code == 2 and "--diagnose needs a method that fits maps" in err

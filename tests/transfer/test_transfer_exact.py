@@ -413,3 +413,44 @@ def test_activation_only_runs_forward_passes_only_and_needs_no_loss():
         transfer(A, A_ft, B, unlabeled, None, method="bico")
     with pytest.raises(AssertionError, match="backward"):
         transfer(A, A_ft, B, batches, guarded, method="bico")
+
+
+# -- the diagnostic ---------------------------------------------------------------------------------------
+
+def test_diagnose_estimates_full_carry_for_a_permuted_copy_and_less_for_unrelated_bases():
+    import json
+
+    from ftlab.core.results import to_jsonable
+    from ftlab.transfer import diagnose
+
+    A, A_ft, B, batches, loss, opts, _ = _setup("cnn")
+    d = diagnose(A, A_ft, B, batches, loss)
+    assert d.estimate == pytest.approx(1.0, abs=1e-6) and d.estimate_cka == pytest.approx(1.0, abs=1e-6)
+    assert sum(r["tau_share"] for r in d.layers) == pytest.approx(1.0)
+    assert all(r["carry"] == pytest.approx(1.0, abs=1e-6) for r in d.layers)
+    assert any(r["out_rank"] is not None and r["out_rank"] < r["out_dims"] for r in d.layers)  # ranks reported
+    json.dumps(to_jsonable(d.report()))
+    assert "carries over" in d.summary()
+    # dose-response: B drifting from the copy towards an unrelated network of the same shape
+    torch.manual_seed(9)
+    other = EffNet().double().fit_batchnorm_(torch.cat([x for x, _ in batches]))
+    est = []
+    for t in (0.0, 0.5, 1.0):
+        mix = copy.deepcopy(B)
+        with torch.no_grad():
+            for p, q in zip(mix.parameters(), other.parameters()):
+                p.mul_(1 - t).add_(t * q)
+        mix.fit_batchnorm_(torch.cat([x for x, _ in batches]))
+        est.append(diagnose(A, A_ft, mix, batches, loss).estimate)
+    assert est[0] > est[1] > est[2] and est[2] < 0.8
+
+
+def test_diagnose_counts_zeroed_parameters_as_not_carried():
+    from ftlab.transfer import diagnose
+
+    g = torch.Generator().manual_seed(11)
+    A, B, axes, perms, batches, loss, _, _ = vit_case(g)
+    A_ft = perturb_(copy.deepcopy(A), 5)  # also moves the class and positional embeddings, which B zeroes
+    d = diagnose(A, A_ft, B, batches, loss)
+    assert 0 < d.zeroed_share < 0.5
+    assert d.estimate == pytest.approx(1.0 - d.zeroed_share, abs=1e-6)

@@ -169,15 +169,23 @@ def load_batches(ref: str, batch_size: int, max_batches: int | None):
 @click.option("--method-option", "-o", "method_options", multiple=True, metavar="KEY=VALUE",
               help="An option of the method, e.g. -o center=true -o whiten_p=0.25 (repeatable; see below).")
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector.")
-@click.option("--depth-map", type=click.Choice(DEPTH_RULES), default="nearest_relative", show_default=True,
-              help="Which source layer feeds each target layer.")
+@click.option("--depth-map", type=click.Choice(DEPTH_RULES), default="stage_relative", show_default=True,
+              help="Which source layer feeds each target layer (stage_relative: within corresponding stages by "
+                   "relative depth; nearest_relative: the paper's rule over the whole stack).")
 @click.option("--seq-align", type=click.Choice(SEQ_ALIGN), default="identity", show_default=True,
               help="How token rows of A and B are paired.")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Rows per calibration batch (tensor files).")
 @click.option("--max-batches", type=int, default=None, help="Use at most this many calibration batches.")
+@click.option("--batch-dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
+              help="Precision of the calibration statistics' batch products (float32: faster, opt-in).")
+@click.option("--diagnose", "diagnose_only", is_flag=True, default=False,
+              help="Do not transfer: report per layer how well A and B align (CKA of activations and gradients, "
+                   "Procrustes similarity, map ranks) and estimate the share of the task vector that will carry "
+                   "over; writes diagnosis.json into --out.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, data, target_data, loss_ref,
-             method, method_options, alpha, depth_map, seq_align, batch_size, max_batches, out_dir):
+             method, method_options, alpha, depth_map, seq_align, batch_size, max_batches, batch_dtype, diagnose_only,
+             out_dir):
     """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
 
     Runs A and B once (forward + backward) over the calibration data, fits per layer an
@@ -190,7 +198,9 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
       report.json              per layer: map shapes, CKA, alignment residuals, norms;
                                time and peak memory
 
-    Nothing is written unless the whole transfer succeeds.
+    Nothing is written unless the whole transfer succeeds. With --diagnose, nothing is transferred:
+    diagnosis.json holds per layer the alignment of A and B and an estimate of the share of the task
+    vector that will carry over (see docs/transfer.md, "Before trusting a transfer").
 
     \b
     Examples:
@@ -208,7 +218,7 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
 
     from ftlab import __version__
     from ftlab.core.validate import check_finite, check_int
-    from ftlab.transfer import TransferOptions, fit_transfer, get_method
+    from ftlab.transfer import TransferOptions, diagnose, fit_transfer, get_method
     from ftlab.transfer.align import RankWarning
     from ftlab.transfer.io import save_state_dict
 
@@ -221,15 +231,39 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     A = build_model(source_arch, source_base, hf_class, "source base")
     A_ft = build_model(source_arch, source_finetuned, hf_class, "source finetuned")
     B = build_model(target_arch, target_base, hf_class, "target base")
-    if m.calibration is not None and (data is None or loss_ref is None):
-        raise ValueError(f"--method {method} needs calibration data and a loss: give --data and --loss")
+    if diagnose_only and m.calibration != "maps":
+        raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {method}")
+    if m.calibration is not None and data is None:
+        raise ValueError(f"--method {method} needs calibration data: give --data")
+    if m.calibration is not None and m.needs_loss and loss_ref is None:
+        raise ValueError(f"--method {method} fits maps on gradients and needs a loss: give --loss "
+                         "(activation_only runs forward passes only)")
     loss = None if loss_ref is None else _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
     batches = None if data is None else load_batches(data, batch_size, max_batches)
     source_batches = target_batches = None
     if target_data is not None and batches is not None:
         source_batches, target_batches = batches, load_batches(target_data, batch_size, max_batches)
         batches = None
-    opts = TransferOptions(depth_map=depth_map, seq_align=seq_align, diagnostics=m.calibration == "maps")
+    opts = TransferOptions(depth_map=depth_map, seq_align=seq_align, diagnostics=m.calibration == "maps",
+                           batch_dtype=batch_dtype)
+    if diagnose_only:
+        from ftlab.core.results import save_json, to_jsonable
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RankWarning)
+            diag = diagnose(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,
+                            target_batches=target_batches)
+        report = {"ftlab_version": __version__, "inputs": {"source_base": source_base, "source_finetuned": source_finetuned,
+                                                            "target_base": target_base, "data": data, "loss": loss_ref},
+                  **diag.report(), "rank_warnings": [str(w.message) for w in caught
+                                                     if issubclass(w.category, RankWarning)],
+                  "total_time_s": time.perf_counter() - t0}
+        json.dumps(to_jsonable(report))  # fail before writing anything if the report is not serialisable
+        out = Path(out_dir)
+        save_json(out / "diagnosis.json", report)
+        click.echo(diag.summary())
+        click.echo(f"ftlab transfer --diagnose: wrote {out}/diagnosis.json")
+        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RankWarning)
         res = fit_transfer(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,

@@ -12,12 +12,14 @@ calibration set, and maps ``tau_B = R_out^T tau_A R_in``. Baselines: activation-
 Stable public API::
 
     from ftlab.transfer import transfer, fit_transfer, TransferOptions, get_method, TaskVector, list_methods, search_alpha
+    from ftlab.transfer import diagnose   # before trusting a transfer: alignment per layer, estimated carried share
 
 Methods implement :class:`~ftlab.transfer.methods.Method`; the registry
 (:func:`~ftlab.transfer.list_methods`) is the one list of methods and their options.
 """
 
 from ftlab.transfer.api import TransferResult, fit_transfer, split_options, transfer
+from ftlab.transfer.diagnose import Diagnosis, diagnose
 from ftlab.transfer.evaluate import DEFAULT_GRID, search_alpha
 from ftlab.transfer.methods import Method, MethodInfo, get_method, list_methods
 from ftlab.transfer.options import TransferOptions
@@ -25,7 +27,7 @@ from ftlab.transfer.spec import DEFAULT_ZERO, Point, Rule, TransportSpec, infer_
 from ftlab.transfer.task_vector import TaskVector
 
 __all__ = [
-    "DEFAULT_GRID", "DEFAULT_ZERO", "Method", "MethodInfo", "Point", "Rule", "TaskVector", "TransferOptions",
-    "TransferResult", "TransportSpec", "fit_transfer", "get_method", "infer_spec", "list_methods", "search_alpha",
-    "split_options", "transfer",
+    "DEFAULT_GRID", "DEFAULT_ZERO", "Diagnosis", "Method", "MethodInfo", "Point", "Rule", "TaskVector", "TransferOptions",
+    "TransferResult", "TransportSpec", "diagnose", "fit_transfer", "get_method", "infer_spec", "list_methods",
+    "search_alpha", "split_options", "transfer",
 ]

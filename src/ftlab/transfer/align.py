@@ -344,6 +344,17 @@ class SumMoments:
         return math.nan
 
 
+def _similarity(stats: CrossMoments, center: bool) -> float:
+    """Procrustes similarity ``||A^T B||_* / (||A||_F ||B||_F)`` of streamed rows (nan when a side is zero)."""
+    tra, trb = stats.a.sq_sum, stats.b.sq_sum
+    if center:
+        tra -= stats.n * float(stats.a.mean @ stats.a.mean)
+        trb -= stats.n * float(stats.b.mean @ stats.b.mean)
+    if tra <= 0 or trb <= 0:
+        return math.nan
+    return float(torch.linalg.svdvals(stats.covariance(center=center)).sum()) / math.sqrt(tra * trb)
+
+
 def _rtol(stats, da: int, db: int, rank_rtol: float | None) -> float:
     if rank_rtol is not None:
         return float(rank_rtol)
@@ -445,6 +456,11 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
         R = U @ Vh  # = procrustes(C), from the same SVD (on the statistics' device)
     R = R.cpu()
     is_cm = isinstance(stats, CrossMoments)
+    if isinstance(stats, SumMoments):  # a shared map: the mean alignment of its parts (diagnostics only: extra SVDs)
+        parts = [p for p in stats.parts if isinstance(p, CrossMoments) and p.second]
+        if parts:
+            cka = sum(cka_from_moments(p) for p in parts) / len(parts)
+            similarity = sum(_similarity(p, center) for p in parts) / len(parts)
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
                   cka_from_moments(stats, naive) if is_cm else math.nan, cka_from_moments(stats, R) if is_cm else math.nan,
                   dims=k, completed=tuple(used), precision=prec, similarity=similarity)

@@ -157,6 +157,17 @@ def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVect
     return {tp: {"source_norm": a ** 0.5, "target_norm": b ** 0.5} for tp, (a, b) in sq.items()}
 
 
+def _zeroed_norm(spec: TransportSpec, lmap: LayerMap, tau_a: TaskVector) -> float:
+    """Norm of the part of ``tau_A`` that B's zeroed parameters would receive (not carried)."""
+    sq = 0.0
+    for pname, rules in spec.rules.items():
+        if rules and all(r.kind == "zero" for r in rules):
+            src = lmap.source_name(pname)
+            if src is not None and src in tau_a:
+                sq += float(tau_a[src].double().pow(2).sum())
+    return sq ** 0.5
+
+
 def _resolve_method(method: str | Method) -> Method:
     if isinstance(method, str):
         return get_method(method)
@@ -271,10 +282,13 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}
     fits = dict(getattr(m, "fits", {}))
     point_norms = _point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {}
+    source_norms = {"total": tau_a.norm()}
+    if problem.target_spec is not None:
+        source_norms["zeroed"] = _zeroed_norm(problem.target_spec, lmap, tau_a)
     record = {"transfer": opts.record(), "method": _method_record(m)}
     return TransferResult(task_vector=tau_b, method=m.name, options=record, layer_map=lmap.as_dict(), pairs=pairs,
                           fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
-                          source_norms={"total": tau_a.norm()}, timings=timings, point_norms=point_norms,
+                          source_norms=source_norms, timings=timings, point_norms=point_norms,
                           layer_stages=lmap.describe()["stages"])
 
 
