@@ -19,10 +19,12 @@ Sums are held in float64. How each batch product is formed (``batch_dtype``):
 * ``torch.float64``: rows are converted and multiplied in float64 (exact float64 streaming).
 
 Every accumulator also holds ``sum_n |x_n|^2`` (``Moments.sq_sum``, float64, O(rows x width) to form)
-and the *precision* of what it summed (:attr:`Moments.eps`, :attr:`CrossMoments.eps`): the machine
-epsilon of the coarsest rows it saw or products it formed (float32 rows, or float32 staging, give
-float32's epsilon even though the sums are float64). A rank judged from these sums must use that
-epsilon: float32 rounding is not signal.
+and the *precision* of its sums (:attr:`Moments.eps`, :attr:`CrossMoments.eps`): the machine epsilon
+of the coarsest products it formed (float32 staging gives float32's epsilon although the totals are
+float64: every staged product was rounded to float32). A rank judged from these sums must use that
+epsilon: float32 rounding is not signal. Products of float32 rows formed in float64 are exact
+(a float32 x float32 product fits a float64), so such sums have float64 precision; the epsilon of
+the coarsest rows seen is kept apart (``row_eps``).
 
 With ``kernel=True`` the accumulators also hold the row-norm sums that the unbiased HSIC estimator
 of Song et al. (2012) needs (``sum_n |x_n|^2 x_n``, ``sum_n |x_n|^4`` and, for a
@@ -202,8 +204,8 @@ class Moments:
 
     @property
     def eps(self) -> float:
-        """Machine epsilon of the precision these sums were formed at (rows and Gram products)."""
-        return max(self.row_eps, self._gram.eps if self._gram is not None else 0.0)
+        """Machine epsilon of the precision of the Gram products (0 without second moments or updates)."""
+        return self._gram.eps if self._gram is not None else 0.0
 
     @property
     def mean(self) -> torch.Tensor:
@@ -284,10 +286,10 @@ class CrossMoments:
 
     @property
     def eps(self) -> float:
-        """Machine epsilon of the precision of these sums: the coarsest of the rows seen and the products formed.
+        """Machine epsilon of the precision of these sums: the coarsest product formed (0 before the first update).
 
-        Float32 rows (or float32 staging) give float32's epsilon: the sums are float64, but the
-        information in them is not finer than their inputs. 0 before the first update.
+        Float32 staging gives float32's epsilon; float32 rows multiplied in float64 give float64's
+        (the products are exact): a structural zero direction then stays at float64 rounding.
         """
         return max(self.a.eps, self.b.eps, self._cross.eps)
 

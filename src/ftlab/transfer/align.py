@@ -17,8 +17,9 @@
   by a documented completion rule (below), warning once per under-determined map with its rank.
 
 Completion rule (ftlab's, not the paper's). With ``C = U S V^T`` and ``r`` singular values above
-``tol = max(sqrt(eps), max(d_A, d_B) eps) s_max`` (``eps``: machine epsilon of the coarsest rows
-or products summed, float32's for float32 models), the map is
+``tol = max(max(d_A, d_B) eps, sqrt(eps_64)) s_max`` (``eps``: machine epsilon of the products
+summed: float64's by default, also for float32 models, whose row products are exact in float64;
+float32's with float32 staging; ``eps_64`` float64's), the map is
 fixed on the determined subspace, ``U_r V_r^T``; on the rest it is the best map of the same kind
 for the next statistic of a chain, restricted to the undetermined subspaces ``U_perp`` and
 ``V_perp``: ``R = U_r V_r^T + U_perp polar(U_perp^T C_2 V_perp) V_perp^T``, recursively (the
@@ -26,10 +27,11 @@ constrained Procrustes solution: the semi-orthogonal ``R`` that agrees with ``C`
 decides and maximises ``tr(R^T C_2)`` elsewhere). The chain ends with the pad/truncate map, so a
 model transferred to itself returns its task vector exactly with any number of calibration rows,
 and an exact re-coding of the source is recovered wherever some statistic of the chain sees it.
-Why ``sqrt(eps)`` and not ``matrix_rank``'s ``max(d) eps``: a polar factor's error on a singular
-direction is the perturbation of ``C`` (about ``eps s_max``) divided by its singular value, so
-directions kept at ``tol`` are mapped to about ``sqrt(eps)`` (1.5e-8 in float64, 3.5e-4 in
-float32); those below it are left to the completion rule rather than to rounding.
+The first term is ``numpy.linalg.matrix_rank``'s tolerance at the precision of the sums: below
+it a singular direction is rounding, and its polar factor noise. The floor ``sqrt(eps_64)`` (1.5e-8)
+matters for float64 data only: a polar factor's error on a singular direction is the perturbation
+of ``C`` (at least the SVD's own ``eps_64 s_max``) divided by its singular value, so every direction
+kept is mapped to 1.5e-8 or better, and a model transferred to itself comes back to that accuracy.
 """
 
 from __future__ import annotations
@@ -355,11 +357,15 @@ def _similarity(stats: CrossMoments, center: bool) -> float:
     return float(torch.linalg.svdvals(stats.covariance(center=center)).sum()) / math.sqrt(tra * trb)
 
 
+_EPS64 = torch.finfo(torch.float64).eps
+_SQRT_EPS64 = math.sqrt(_EPS64)
+
+
 def _rtol(stats, da: int, db: int, rank_rtol: float | None) -> float:
     if rank_rtol is not None:
         return float(rank_rtol)
-    eps = float(getattr(stats, "eps", 0.0)) or torch.finfo(torch.float64).eps
-    return max(math.sqrt(eps), max(da, db) * eps)
+    eps = float(getattr(stats, "eps", 0.0)) or _EPS64
+    return max(_SQRT_EPS64, max(da, db) * eps)
 
 
 def _precision(stats) -> str:
