@@ -377,20 +377,19 @@ def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: in
               exact_identity: bool = False) -> tuple[torch.Tensor, list[tuple[str, int]]]:
     """The part of the map on the undetermined subspaces ``span(Up)`` (A) and ``span(Vp)`` (B)."""
     k = min(Up.shape[1], Vp.shape[1])
-    zero = torch.zeros(da, db, dtype=torch.float64)
     if k == 0:
-        return zero, []
+        return torch.zeros(da, db, dtype=torch.float64, device=Up.device), []
     if not chain:  # nothing left to decide it: the SVD's own pairing of the bases (arbitrary)
         return Up[:, :k] @ Vp[:, :k].T, [("svd", k)]
     label, st = chain[0]
     if st is None:  # the pad/truncate map
         if exact_identity:
-            return naive_map(da, db), [(label, k)]
+            return naive_map(da, db).to(Up.device), [(label, k)]
         m = min(da, db)
         M = Up[:m].T @ Vp[:m]
         scale, tol_stats = 1.0, None
     else:
-        C2 = st.covariance(center=center).to(torch.float64).cpu()
+        C2 = st.covariance(center=center).to(device=Up.device, dtype=torch.float64)
         M = Up.T @ C2 @ Vp
         scale, tol_stats = float(torch.linalg.norm(C2)), st
     U2, s2, V2h = torch.linalg.svd(M, full_matrices=True)

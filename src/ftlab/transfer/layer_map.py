@@ -20,7 +20,7 @@ Rules (``L_A`` source layers, ``L_B`` target layers, 0-based ``j``):
   transition block (its parameter shapes differ from the stage's next block, in both models: the
   block that strides or changes width), pairs with the source stage's first block. For stacks of
   one stage (transformers) it is ``nearest_relative``.
-* ``nearest_relative`` (the rule the BiCo paper is reported to use, per the project brief):
+* ``nearest_relative`` (the paper's nearest-index rule [U]):
   ``i(j) = floor(j (L_A - 1) / (L_B - 1) + 1/2)``, the source layer nearest in relative depth
   (ties go to the deeper layer), over the whole stack. It pairs blocks across stages of different
   width or resolution when stage lengths differ.
