@@ -267,7 +267,6 @@ class AffineMoments:
 
         self.map_a: tuple[torch.Tensor, torch.Tensor | None] = (map_a[0].detach().to(torch.float64).cpu(), f64(map_a[1]))
         self.map_b: tuple[torch.Tensor, torch.Tensor | None] = (map_b[0].detach().to(torch.float64).cpu(), f64(map_b[1]))
-        self._cov: dict[bool, torch.Tensor] = {}
         n = base.n
         self.a = _Side(self._side_sum(base.a.sum, self.map_a, n), n)
         self.b = _Side(self._side_sum(base.b.sum, self.map_b, n), n)
@@ -288,22 +287,21 @@ class AffineMoments:
         return self.base.eps
 
     def covariance(self, *, center: bool = False) -> torch.Tensor:
-        if center not in self._cov:
-            (Ma, ca), (Mb, cb) = self.map_a, self.map_b
-            C = self.base.covariance(center=center).to(torch.float64).cpu()
-            out = _apply_left(Mb, _apply_left(Ma, C).T).T  # M_A C M_B^T
-            if not center:
-                sa, sb, n = self.base.a.sum.to(torch.float64).cpu(), self.base.b.sum.to(torch.float64).cpu(), self.n
-                ya = Ma * sa if Ma.ndim == 1 else Ma @ sa
-                yb = Mb * sb if Mb.ndim == 1 else Mb @ sb
-                if cb is not None:
-                    out = out + torch.outer(ya, cb)
-                if ca is not None:
-                    out = out + torch.outer(ca, yb)
-                if ca is not None and cb is not None:
-                    out = out + n * torch.outer(ca, cb)
-            self._cov[center] = out
-        return self._cov[center].clone()
+        """``Y_A^T Y_B`` (or centred), computed on demand (not kept: derived statistics cost no memory between fits)."""
+        (Ma, ca), (Mb, cb) = self.map_a, self.map_b
+        C = self.base.covariance(center=center).to(torch.float64).cpu()
+        out = _apply_left(Mb, _apply_left(Ma, C).T).T  # M_A C M_B^T
+        if not center:
+            sa, sb, n = self.base.a.sum.to(torch.float64).cpu(), self.base.b.sum.to(torch.float64).cpu(), self.n
+            ya = Ma * sa if Ma.ndim == 1 else Ma @ sa
+            yb = Mb * sb if Mb.ndim == 1 else Mb @ sb
+            if cb is not None:
+                out = out + torch.outer(ya, cb)
+            if ca is not None:
+                out = out + torch.outer(ca, yb)
+            if ca is not None and cb is not None:
+                out = out + n * torch.outer(ca, cb)
+        return out
 
     def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
         return math.nan
