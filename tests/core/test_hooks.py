@@ -155,3 +155,42 @@ def test_activations_are_the_module_outputs_and_restore_the_training_flag():
     net.train()
     activations(net, X, ["fc"])
     assert net.training and hook_count(net) == 0
+
+
+class BareProj(nn.Module):
+    """OpenCLIP-style: a LayerNorm then a bare projection parameter ``x @ proj`` (no module around it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(6)
+        self.proj = nn.Parameter(torch.randn(6, 4))
+        self.other = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        e = self.ln(x) @ self.proj
+        return F.linear(e, self.other)  # the other parameter is not used as x @ P
+
+
+def test_bare_projection_parameters_are_captured_where_they_are_multiplied():
+    """dL/dP = X^T G for x @ P: the captured input and output gradient rebuild the parameter's gradient."""
+    from ftlab.core.hooks import param_uses
+
+    torch.manual_seed(3)
+    model = BareProj()
+    x = torch.randn(5, 3, 6)
+    with capture(model, ["ln"], params=["proj", "other"]) as cap:
+        loss = model(x).pow(2).sum()
+        cap.backward(loss)
+        assert param_uses(cap, "proj") == 1 and param_uses(cap, "other") == 0  # F.linear is not x @ P
+    assert hook_count(model) == 0
+    model(x).pow(2).sum().backward()
+    X = cap.inputs["proj"][0].reshape(-1, 6)
+    G = cap.output_grads["proj"][0].reshape(-1, 4)
+    torch.testing.assert_close(X.T @ G, model.proj.grad, rtol=1e-5, atol=1e-5)
+    assert cap.inputs["proj"][0] is cap.outputs["ln"][0]  # the projection's input is the LayerNorm output itself
+    with pytest.raises(ValueError, match="2-D"):
+        with capture(model, params=["ln.weight"]):
+            pass
+    with pytest.raises(ValueError, match="not a parameter"):
+        with capture(model, params=["nope"]):
+            pass

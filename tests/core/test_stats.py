@@ -121,3 +121,22 @@ def test_kernel_sums_stream_and_merge_exactly():
     assert merged.a.sq_sq_sum == pytest.approx(float(a2 @ a2), rel=1e-12)
     with pytest.raises(ValueError, match="kernel"):
         one.merge(CrossMoments(7, 5, second=True))
+
+
+def test_precision_row_norms_and_size_are_tracked():
+    from ftlab.core.stats import cross_moments_nbytes
+
+    g = torch.Generator().manual_seed(4)
+    a32, b32 = torch.randn(50, 7, generator=g), torch.randn(50, 5, generator=g)
+    staged = CrossMoments(7, 5).update(a32, b32)  # float32 rows, float32 staging (batch_dtype None)
+    exact = CrossMoments(7, 5, batch_dtype=torch.float64).update(a32, b32)
+    assert staged.eps == torch.finfo(torch.float32).eps and staged.a.row_eps == torch.finfo(torch.float32).eps
+    # float32 x float32 products are exact in float64: these sums have float64 precision
+    assert exact.eps == torch.finfo(torch.float64).eps
+    assert torch.equal(exact.covariance(), a32.double().T @ b32.double())
+    assert exact.a.sq_sum == pytest.approx(float(a32.double().pow(2).sum()), rel=1e-12)
+    assert exact.b.sq_sum == pytest.approx(float(b32.double().pow(2).sum()), rel=1e-12)
+    merged = CrossMoments(7, 5, batch_dtype=torch.float64).merge(exact)
+    assert merged.a.sq_sum == exact.a.sq_sum and merged.eps == exact.eps
+    assert cross_moments_nbytes(7, 5, batch_dtype=torch.float64) == 8 * 35 == exact.nbytes()
+    assert cross_moments_nbytes(7, 5, second=True) == 12 * (35 + 49 + 25)
