@@ -1,116 +1,136 @@
-"""Diagnostic for the transfer benchmark: how alignable are the bases, and how close does each method
-get to the target's own task vector?
+"""Why output gradients do not align, and what changes it (issue 14, item 4): ftlab's own investigation.
 
-    python benchmarks/diag_transfer_alignment.py                 # 3 settings x 2 tasks x 2 seeds
-    python benchmarks/diag_transfer_alignment.py --no-write      # print only
+    python benchmarks/diag_transfer_alignment.py                  # the default cases, 2 workers, docs updated
+    python benchmarks/diag_transfer_alignment.py --no-write       # print only
+    python benchmarks/diag_transfer_alignment.py --cases vision:lite0->lite1:fashion_tops:0 --variants default,centred
 
-For each setting of the benchmark family, task and seed (the ``--full`` protocol: 1000 training
-images, 100 calibration samples), it fine-tunes source A and target B with the benchmark's recipe and
-transfers A's task vector with every method. It reports, per setting (median over B's capture points
-and over runs):
+Each case (``kind:setting:task:seed``) is built once (probe heads, fine-tuned source and target, the
+benchmark's protocol); BiCo is then fitted under every calibration variant of
+:data:`ftlab.experiments.transfer_accuracy.investigate.VARIANTS` (one knob changed at a time) with
+``diagnostics=True``. Per variant it reports the mean gain over the target's linear probe (validation and
+test, alpha = 1 and best alpha), the share of cases where BiCo at alpha = 1 falls below the probe, and the
+tau-weighted median alignment of the two bases' output gradients and input activations (CKA and the
+Procrustes similarity). The variant with the best *validation* gain at alpha = 1 is the one the benchmark
+should use by default; test numbers are reported but never decide.
 
-* ``cka in`` / ``cka out``: linear CKA between A's and B's input activations / output gradients at
-  paired layers (1 = the spaces are an orthogonal re-coding of each other up to scale, the case in which
-  BiCo is exact; ftlab's planted tests reach residual 1e-6 there);
-* ``resid in`` / ``resid out``: ``||A R - B||_F / ||B||_F`` of BiCo's fitted maps (0 = exact);
-* ``cos(tau, tau_B)``: cosine between the transferred task vector and the task vector of B
-  fine-tuned directly on the same images (the benchmark's upper bound), over all parameters.
-
-Writes the table into docs/transfer-benchmark.md between ``<!-- BEGIN alignment -->`` markers.
-It is a measurement of the bases, not a speed benchmark; it takes a few minutes on 2 cores.
+Writes: ``<out>/investigation.csv`` (all records; the sweep store ``<out>/investigation.jsonl`` resumes), the
+``<!-- BEGIN alignment -->`` block of docs/transfer-benchmark.md and docs/figures/transfer-alignment.png.
+Long: hold the CPU lock (``flock /tmp/ftlab-cpu.lock python benchmarks/diag_transfer_alignment.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-import warnings
 from pathlib import Path
-
-import numpy as np
 
 from _common import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- BEGIN alignment -->", "<!-- END alignment -->"
+DEFAULT_CASES = (
+    "vision:lite0->lite1:fashion_tops:0", "vision:lite0->lite1:mnist_noise:0",
+    "vision:lite1->lite2:fashion_tops:0", "vision:lite1->lite2:mnist_noise:0",
+    "text:minilm_l3->minilm_l6:wordnet_nouns:0", "text:minilm_l3->minilm_l6:wordnet_verbs:0",
+    "family:independent:digits:0", "family:independent:fashion_tops_rot180:0",
+)
 
 
-def cosine(u, v) -> float:
-    """Cosine between two task vectors with the same names and shapes (float64)."""
-    dot = sum(float((u[k].double() * v[k].double()).sum()) for k in u)
-    return dot / max(u.norm() * v.norm(), 1e-300)
+def case_point(kind: str, setting: str, task: str, seed: int, variants: list, config: dict) -> list[dict]:
+    from ftlab.experiments.transfer_accuracy.investigate import investigate_case
+
+    return investigate_case(kind, setting, task, seed, config, variants=variants)
+
+
+def figure(df, path: Path) -> None:
+    """Per-layer output-gradient similarity (default vs the chosen variant) beside the share of ||tau_A||^2."""
+    import numpy as np
+
+    from ftlab.core.plotting import new_figure, save_figure
+
+    lay = df[df["record"] == "layer"]
+    settings = list(dict.fromkeys(lay["setting"]))
+    fig, axes = new_figure(1, len(settings), size=(3.6 * len(settings), 3.2))
+    axes = np.atleast_1d(axes)
+    for ax, s in zip(axes, settings):
+        g = lay[lay["setting"] == s]
+        for v in dict.fromkeys(g["variant"]):
+            gv = g[g["variant"] == v].groupby("order")[["out_similarity", "tau_share"]].median()
+            x = gv.index.to_numpy() / max(1, gv.index.max())
+            ax.plot(x, gv["out_similarity"].to_numpy(), lw=1, label=v)
+        share = g[g["variant"] == "default"].groupby("order")["tau_share"].median()
+        ax2 = ax.twinx()
+        ax2.bar(share.index.to_numpy() / max(1, share.index.max()), share.to_numpy(), width=0.8 / max(1, len(share)),
+                color="0.8", zorder=0)
+        ax2.set_ylabel("share of ‖τ_A‖²", fontsize=7)
+        ax.set_zorder(ax2.get_zorder() + 1)
+        ax.patch.set_visible(False)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("relative depth of the target layer")
+        ax.set_title(s, fontsize=8)
+    axes[0].set_ylabel("output-gradient Procrustes similarity")
+    axes[0].legend(fontsize=6, loc="upper left")
+    save_figure(fig, path)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", default="digits,fashion_tops_rot180")
-    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
+    ap.add_argument("--variants", default=None, help="comma-separated names (default: all)")
+    ap.add_argument("--out", type=Path, default=Path("results/transfer-investigation"))
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
 
-    import torch
-
-    from ftlab.experiments.transfer_accuracy.family import SETTINGS, load_base
-    from ftlab.experiments.transfer_accuracy.finetune import batches_of, finetune, task_loss
+    from ftlab.core.results import save_table
+    from ftlab.core.sweep import run_sweep
+    from ftlab.experiments.transfer_accuracy.investigate import VARIANTS, choose_default, summarize
     from ftlab.experiments.transfer_accuracy.run import full_config
-    from ftlab.experiments.transfer_accuracy.tasks import TASKS, load_task
-    from ftlab.transfer import TaskVector, TransferOptions, fit_transfer
-    from ftlab.transfer.align import RankWarning
 
-    torch.set_num_threads(2)
-    cfg = full_config()
-    methods = ("bico", "activation_only", "gradient_only", "naive")
-    rows = []
+    variants = args.variants.split(",") if args.variants else list(VARIANTS)
+    cfg = full_config().to_dict()
+    points = []
+    for c in args.cases.split(","):
+        kind, setting, task, seed = c.split(":")
+        points.append({"kind": kind, "setting": setting, "task": task, "seed": int(seed), "variants": variants,
+                       "config": cfg})
+    args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    for task in args.tasks.split(","):
-        classes = TASKS[task].joint_classes
-        loss = task_loss(classes)
-        for seed in (int(s) for s in args.seeds.split(",")):
-            d = load_task(task, n_train=cfg.n_train, n_val=cfg.n_val, n_test=cfg.n_test, seed=seed)
-            x, y = torch.from_numpy(d.x_train), torch.from_numpy(d.y_train)
-            tuned: dict = {}
-            for setting, (src, tgt) in SETTINGS.items():
-                for name in (src, tgt):
-                    if name not in tuned:
-                        b = load_base(name)[0]
-                        tuned[name] = (b, finetune(b, x, y, classes, config=cfg.vision_finetune, seed=seed))
-                (a, a_ft), (b, b_ft) = tuned[src], tuned[tgt]
-                tau_direct = TaskVector.from_models(b, b_ft)
-                batches = batches_of(x, y, batch_size=cfg.cal_batch_size, n=cfg.n_cal, seed=seed)
-                row = {"setting": setting, "task": task, "seed": seed}
-                for method in methods:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RankWarning)
-                        res = fit_transfer(a, a_ft, b, batches, loss, method=method,
-                                           options=TransferOptions(diagnostics=method == "bico"))
-                    row[f"cos_{method}"] = cosine(res.task_vector, tau_direct)
-                    if method == "bico":
-                        layers = res.layers()
-                        for key in ("in_cka", "out_cka", "in_residual_fit", "out_residual_fit"):
-                            vals = [r[key] for r in layers if key in r and np.isfinite(r[key])]
-                            row[key] = float(np.median(vals)) if vals else float("nan")
-                rows.append(row)
-                print(row, flush=True)
+    df = run_sweep(case_point, points, store=args.out / "investigation.jsonl", workers=args.workers,
+                   desc="alignment investigation")
     wall = time.perf_counter() - t0
-
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
-    med = df.groupby("setting").median(numeric_only=True).reindex(list(SETTINGS))
-    lines = ["| setting | cka in | cka out | resid in | resid out | cos bico | cos activation_only | "
-             "cos gradient_only | cos naive |", "|---|---|---|---|---|---|---|---|---|"]
-    for s, r in med.iterrows():
-        lines.append(f"| {s} | {r.in_cka:.2f} | {r.out_cka:.2f} | {r.in_residual_fit:.2f} | {r.out_residual_fit:.2f} | "
-                     f"{r.cos_bico:.3f} | {r.cos_activation_only:.3f} | {r.cos_gradient_only:.3f} | {r.cos_naive:.3f} |")
-    table = "\n".join(lines)
-    print(table)
-    print(f"{len(rows)} runs in {wall:.0f} s")
+    df = df.drop(columns=[c for c in ("variants", "config", "kind") if c in df.columns and c != "kind"])
+    save_table(df.drop(columns=["config"], errors="ignore"), args.out / "investigation.csv")
+    lines = []
+    for label, sel in (("all cases", df), ("EfficientNet pairs", df[df["setting"].str.startswith("lite")]),
+                       ("MiniLM-L3 → L6", df[df["setting"].str.startswith("minilm")]),
+                       ("controlled ViTs (independent seed)", df[~df["setting"].str.contains("lite|minilm")])):
+        if not len(sel[sel["record"] == "variant"]):
+            continue
+        s = summarize(sel)
+        lines.append(f"**{label}** ({int(s['cases'].max())} cases; gains in accuracy points over the target's "
+                     "probe / zero-shot head; similarity and CKA: medians over cases of the ‖τ_A‖²-weighted median over "
+                     "layers)\n")
+        lines.append("| variant | val gain α=1 | val gain best α | test gain α=1 | test gain best α | gap closed α=1 | "
+                     "below probe α=1 | out-grad similarity | out-grad CKA | in-act similarity | in-act CKA | s/fit |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for _, r in s.iterrows():
+            lines.append(f"| {r.variant} | {100 * r.val_gain_alpha1:+.1f} | {100 * r.val_gain_best:+.1f} | "
+                         f"{100 * r.test_gain_alpha1:+.1f} | {100 * r.test_gain_best:+.1f} | "
+                         f"{100 * r.gap_closed_alpha1:.0f}% | {100 * r.below_probe_alpha1:.0f}% | "
+                         f"{r.out_similarity:.2f} | {r.out_cka:.2f} | {r.in_similarity:.2f} | {r.in_cka:.2f} | "
+                         f"{r.seconds:.0f} |")
+        lines.append("")
+    chosen = choose_default(summarize(df))
+    text = "\n".join(lines) + f"\nChosen by validation gain at α = 1 over all cases: **{chosen}**."
+    print(text)
+    print(f"{len(points)} cases x {len(variants)} variants in {wall:.0f} s")
     if args.no_write:
         return
+    figure(df, ROOT / "docs" / "figures" / "transfer-alignment.png")
     replace_block(ROOT / "docs" / "transfer-benchmark.md", BEGIN, END,
-                  f"*Generated by `benchmarks/diag_transfer_alignment.py` ({time.strftime('%Y-%m-%d')}; tasks "
-                  f"{args.tasks.replace(',', ', ')}; seeds {args.seeds}; medians over BiCo's layers and over runs).*"
-                  f"\n\n{table}")
+                  f"*Generated by `benchmarks/diag_transfer_alignment.py` ({time.strftime('%Y-%m-%d')}; "
+                  f"{len(points)} cases × {len(variants)} variants, {wall / 60:.0f} min on 2 workers).*\n\n{text}")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ def counted(monkeypatch, tiny_images):
     calls = []
     real = family.pretrain
 
-    def wrapped(spec):
+    def wrapped(spec, **kw):
         calls.append(spec.name)
-        return real(spec)
+        return real(spec, **kw)
 
     monkeypatch.setattr(family, "pretrain", wrapped)
     return calls

@@ -1,4 +1,4 @@
-"""A tiny end-to-end benchmark run (seconds) with planted properties, and the table arithmetic."""
+"""A tiny end-to-end benchmark run (seconds) with planted properties, its determinism, and the table arithmetic."""
 
 import numpy as np
 import pandas as pd
@@ -6,9 +6,18 @@ import pytest
 import torch
 
 from ftlab.experiments.training import accuracy
+from ftlab.experiments.transfer_accuracy import family
 from ftlab.experiments.transfer_accuracy.finetune import finetune, recipe, task_loss
-from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, evaluate_transfers
-from ftlab.experiments.transfer_accuracy.table import calibration_curve, gap_closed, markdown_tables, summary_table
+from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, evaluate_pair, run_benchmark, tiny_config
+from ftlab.experiments.transfer_accuracy.table import (
+    gap_closed,
+    layer_table,
+    markdown_tables,
+    per_seed_gaps,
+    real_pairs_gap,
+    summary_table,
+)
+from ftlab.experiments.verdicts import t_interval
 from ftlab.models.vit import ViT
 
 
@@ -28,87 +37,146 @@ def identical_bases_rows():
     twin = ViT(image_size=8, patch=4, width=8, depth=2, heads=2, n_classes=4)
     twin.load_state_dict(base.state_dict())
     classes = (1, 3)
-    splits = {"train": _data(0, 96), "val": _data(1, 64), "test": _data(2, 128)}
+    splits = {"train": _data(0, 128), "val": _data(1, 64), "test": _data(2, 128)}
     cfg = recipe(optimizer="sgd", lr=0.05, epochs=10, batch_size=16)
     src_ft = finetune(base, *splits["train"], classes, config=cfg, seed=0)
     tgt_ft = finetune(twin, *splits["train"], classes, config=cfg, seed=0)
-    rows = []
-    for seed in (0,):
-        rows += evaluate_transfers(
-            setting="same", task="toy", seed=seed, source_base=base, source_ft=src_ft, target_base=twin, target_ft=tgt_ft,
-            cal_pool=splits["train"], loss=task_loss(classes), score=lambda m, s: accuracy(m, *splits[s], classes=classes),
-            methods=("identity", "naive", "bico"), n_cal=32, cal_sizes=(16,), alpha_grid=(0.5, 1.0, 2.0),
-            cal_batch_size=16)
+    rows = evaluate_pair(
+        setting="same", task="toy", seed=0, source_base=base, source_ft=src_ft, target_base=twin, target_ft=tgt_ft,
+        cal_pool=splits["train"], loss=task_loss(classes), score=lambda m, s: accuracy(m, *splits[s], classes=classes),
+        methods=("identity", "naive", "bico"), calibrations=("n100", "k5"), alpha_grid=(0.5, 1.0, 2.0),
+        cal_batch_size=16, baseline="zero_shot", transfer_options={"zero_params": ()})  # carry every parameter
     return pd.DataFrame(rows), accuracy(src_ft, *splits["test"], classes=classes)
 
 
-def test_identity_between_identical_bases_reproduces_source_finetuning(identical_bases_rows):
+def test_transfer_between_identical_bases_reproduces_the_source_fine_tuning(identical_bases_rows):
     df, src_acc = identical_bases_rows
-    fixed = df[df["alpha_mode"] == "fixed"].set_index(["seed", "method", "n_cal"])["accuracy"]
-    for seed in (0,):
-        assert fixed[(seed, "identity", 32)] == src_acc
-        assert fixed[(seed, "naive", 32)] == src_acc
-        # direct fine-tuning of an identical twin with the same recipe and seed is the same model
-        assert fixed[(seed, "finetuned", 32)] == src_acc
-    # the planted task is learnable: fine-tuning beats zero-shot
-    assert fixed[(0, "finetuned", 32)] > fixed[(0, "zero_shot", 32)]
+    acc = df[df["record"] == "accuracy"]
+    fixed = acc[acc["alpha_mode"] == "fixed"].set_index(["method", "calibration"])["accuracy"]
+    assert fixed[("identity", "n100")] == src_acc and fixed[("naive", "-")] == src_acc
+    # direct fine-tuning of an identical twin with the same recipe and seed is the same model
+    assert fixed[("finetuned", "-")] == src_acc
+    # a self-transfer returns tau_A (exact completion of the undetermined directions), with 100 rows or 5 per class
+    assert fixed[("bico", "n100")] == src_acc and fixed[("bico", "k5")] == src_acc
+    assert fixed[("finetuned", "-")] > fixed[("zero_shot", "-")]  # the planted task is learnable
 
 
-def test_rows_cover_methods_modes_and_calibration_sizes(identical_bases_rows):
+def test_rows_cover_methods_modes_calibrations_and_layers(identical_bases_rows):
     df, _ = identical_bases_rows
-    assert set(df["alpha_mode"]) == {"fixed", "searched"}
-    assert set(df[df["method"] == "bico"]["n_cal"]) == {16, 32}
-    searched = df[df["alpha_mode"] == "searched"]
-    assert set(searched.dropna(subset=["alpha"])["alpha"]) <= {0.5, 1.0, 2.0}
-
-
-def test_gap_closed_by_identity_is_one(identical_bases_rows):
-    df, _ = identical_bases_rows
-    gaps = gap_closed(summary_table(df))
-    g = gaps[(gaps["alpha_mode"] == "fixed")].set_index("method")["gap_closed"]
-    assert g["identity"] == pytest.approx(1.0) and g["finetuned"] == pytest.approx(1.0)
-    assert g["zero_shot"] == pytest.approx(0.0)
-    text = markdown_tables(summary_table(df), gaps, calibration_curve(df))
-    assert "**same**" in text and "100%" in text
+    acc = df[df["record"] == "accuracy"]
+    assert set(acc["alpha_mode"]) == {"fixed", "searched"}
+    assert set(acc[acc["method"] == "bico"]["calibration"]) == {"n100", "k5"}
+    assert set(acc[acc["method"] == "naive"]["calibration"]) == {"-"}  # no calibration: run once
+    assert set(acc[acc["method"] == "bico"]["n_cal"]) == {100, 10}  # 5 per class of 2 classes
+    assert set(acc[acc["alpha_mode"] == "searched"].dropna(subset=["alpha"])["alpha"]) <= {0.5, 1.0, 2.0}
+    lay = df[df["record"] == "layer"]
+    assert len(lay) > 0 and set(lay["calibration"]) == {"n100"}
+    # a self-transfer: the two row sets are identical, so CKA is 1 wherever it is defined
+    ok = lay["in_cka"].dropna()
+    assert len(ok) and np.allclose(ok, 1.0, atol=1e-6)
+    assert abs(lay.drop_duplicates("source_point")["tau_share"].sum() - 1.0) < 1e-6
 
 
 def _raw(values):
     rows = []
-    for (method, seed, n_cal, task), acc in values.items():
+    for (setting, method, cal, seed, task), acc in values.items():
         for mode in ("fixed", "searched"):
-            rows.append({"setting": "width", "task": task, "seed": seed, "method": method, "alpha_mode": mode,
-                         "alpha": 1.0, "n_cal": n_cal, "accuracy": acc, "seconds": 0.0})
+            rows.append({"record": "accuracy", "setting": setting, "task": task, "seed": seed, "method": method,
+                         "calibration": cal, "alpha_mode": mode, "alpha": 1.0, "n_cal": 100, "accuracy": acc,
+                         "seconds": 0.0})
     return pd.DataFrame(rows)
 
 
-def test_summary_statistics_and_gap_on_planted_numbers():
+def _planted():
     vals = {}
-    for task, shift in (("t1", 0.0), ("t2", 0.1)):
-        for seed, noise in ((0, -0.02), (1, 0.0), (2, 0.02)):
-            vals[("zero_shot", seed, 100, task)] = 0.2 + shift
-            vals[("finetuned", seed, 100, task)] = 0.6 + shift
-            vals[("bico", seed, 100, task)] = 0.4 + shift + noise
-            vals[("bico", seed, 10, task)] = 0.3 + shift
-    raw = _raw(vals)
-    table = summary_table(raw)
-    assert list(table.columns) == ["setting", "task", "method", "alpha_mode", "accuracy_mean", "accuracy_std", "seeds"]
-    r = table[(table["task"] == "t1") & (table["method"] == "bico") & (table["alpha_mode"] == "fixed")].iloc[0]
-    assert r["accuracy_mean"] == pytest.approx(0.4) and r["accuracy_std"] == pytest.approx(0.02) and r["seeds"] == 3
-    # the main table only holds the main calibration size
-    assert len(table[(table["method"] == "bico") & (table["task"] == "t1")]) == 2
-    gaps = gap_closed(table).set_index(["alpha_mode", "method"])
-    assert gaps.loc[("fixed", "bico"), "gap_closed"] == pytest.approx(0.5)
-    assert gaps.loc[("fixed", "bico"), "gain_over_zero_shot"] == pytest.approx(0.2)
-    curve = calibration_curve(raw).set_index(["alpha_mode", "n_cal"])
-    assert curve.loc[("fixed", 10), "accuracy_mean"] == pytest.approx(0.35)
-    assert curve.loc[("fixed", 100), "accuracy_mean"] == pytest.approx(0.45)
+    for setting, lift in (("p1", 0.0), ("p2", 0.05)):
+        for task, shift in (("t1", 0.0), ("t2", 0.1)):
+            for seed, noise in ((0, -0.02), (1, 0.0), (2, 0.02)):
+                vals[(setting, "probe", "-", seed, task)] = 0.2 + shift
+                vals[(setting, "finetuned", "-", seed, task)] = 0.6 + shift
+                vals[(setting, "naive", "-", seed, task)] = 0.1 + shift
+                vals[(setting, "bico", "n100", seed, task)] = 0.4 + shift + noise + lift
+                vals[(setting, "bico", "k5", seed, task)] = 0.3 + shift
+    return _raw(vals)
+
+
+def test_summary_intervals_and_shared_rows_on_planted_numbers():
+    table = summary_table(_planted())
+    r = table[(table.setting == "p1") & (table.task == "t1") & (table.method == "bico") & (table.calibration == "n100")
+              & (table.alpha_mode == "fixed")].iloc[0]
+    m, lo, hi = t_interval([0.38, 0.40, 0.42])
+    assert r.accuracy_mean == pytest.approx(m) and r.ci_low == pytest.approx(lo) and r.ci_high == pytest.approx(hi)
+    assert r.accuracy_std == pytest.approx(0.02) and r.seeds == 3
+    # baselines, fine-tuned and naive appear in every calibration's table
+    for cal in ("n100", "k5"):
+        sub = table[(table.setting == "p1") & (table.calibration == cal)]
+        assert {"probe", "finetuned", "naive", "bico"} <= set(sub.method)
+
+
+def test_gap_closed_per_seed_and_over_real_pairs():
+    raw = _planted()
+    g = per_seed_gaps(raw)
+    one = g[(g.setting == "p1") & (g.method == "bico") & (g.calibration == "n100") & (g.alpha_mode == "fixed")]
+    np.testing.assert_allclose(sorted(one.gap_closed), [0.45, 0.5, 0.55])
+    gaps = gap_closed(raw).set_index(["setting", "calibration", "alpha_mode", "method"])
+    assert gaps.loc[("p1", "n100", "fixed", "bico"), "gap_closed"] == pytest.approx(0.5)
+    assert gaps.loc[("p1", "k5", "fixed", "bico"), "gap_closed"] == pytest.approx(0.25)
+    assert gaps.loc[("p1", "n100", "fixed", "naive"), "gap_closed"] == pytest.approx(-0.25)
+    assert gaps.loc[("p1", "n100", "fixed", "probe"), "gap_closed"] == pytest.approx(0.0)
+    lo, hi = gaps.loc[("p1", "n100", "fixed", "bico"), ["gap_low", "gap_high"]]
+    assert lo < 0.5 < hi
+    both = real_pairs_gap(raw, ["p1", "p2"]).set_index(["calibration", "alpha_mode", "method"])
+    assert both.loc[("n100", "fixed", "bico"), "gap_closed"] == pytest.approx((0.5 + 0.625) / 2)
+    only = real_pairs_gap(raw, ["p2"]).set_index(["calibration", "alpha_mode", "method"])
+    assert only.loc[("n100", "fixed", "bico"), "gap_closed"] == pytest.approx(0.625)
+    text = markdown_tables(summary_table(raw), gap_closed(raw))
+    assert "**p1**, calibration n100" in text and "50% [" in text
+
+
+def test_layer_table_bins_and_shares():
+    rows = []
+    for seed in (0, 1):
+        for i in range(10):
+            rows.append({"record": "layer", "setting": "s", "task": "t", "seed": seed, "order": i, "point": f"l{i}",
+                         "in_cka": 0.9, "out_cka": i / 10, "out_similarity": 0.5, "tau_share": 0.1})
+    lt = layer_table(pd.DataFrame(rows), bins=5)
+    assert len(lt) == 5 and np.allclose(lt["tau_share"], 0.2)
+    assert lt["out_cka"].is_monotonic_increasing and lt["layers"].tolist() == [2, 2, 2, 2, 2]
 
 
 def test_config_validation_and_round_trip():
-    cfg = BenchmarkConfig(tasks=("digits",), seeds=(0,), cal_sizes=(10,))
+    cfg = tiny_config()
     assert BenchmarkConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match="task"):
-        BenchmarkConfig(tasks=("cifar",))
-    with pytest.raises(ValueError, match="n_cal"):
-        BenchmarkConfig(n_train=50, n_cal=100)
-    assert np.isfinite(cfg.n_cal)
+    with pytest.raises(ValueError, match="image task"):
+        BenchmarkConfig(image_tasks=("cifar",))
+    with pytest.raises(ValueError, match="n100 needs at least 100"):
+        BenchmarkConfig(n_train=50)
+    with pytest.raises(ValueError, match="alpha_grid"):
+        BenchmarkConfig(alpha_grid=(0.5, 2.0))
+    with pytest.raises(ValueError, match="cal_loss"):
+        BenchmarkConfig(cal_loss="hinge")
+    kinds = [p["kind"] for p in BenchmarkConfig().points(text_available=["minilm_l3->minilm_l6"])]
+    assert kinds[0] == "vision" and "text" in kinds and kinds[-1] == "family"
+
+
+TINY = family.BaseSpec("tiny-src", width=8, depth=1, heads=2, n_per_source=32, epochs=1, batch_size=32)
+TINY_PERM = family.BaseSpec("tiny-perm", width=8, depth=1, heads=2, n_per_source=32, seed=9, parent="tiny-src",
+                            epochs=0, permute_seed=9)
+
+
+def test_tiny_run_is_deterministic_and_recovers_a_permuted_copy(tmp_path, monkeypatch, tiny_images):
+    monkeypatch.setattr(family, "FAMILY", {"tiny-src": TINY, "tiny-perm": TINY_PERM})
+    monkeypatch.setattr(family, "SETTINGS", {"permuted": ("tiny-src", "tiny-perm")})
+    cfg = tiny_config(methods=("naive", "bico"))
+    a = run_benchmark(cfg, store=tmp_path / "a.jsonl", cache=tmp_path / "cache", workers=1)
+    torch.set_num_threads(2)  # a point sets its own thread count: the caller's does not matter
+    b = run_benchmark(cfg, store=tmp_path / "b.jsonl", cache=tmp_path / "cache", workers=1)
+    cols = ["setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha", "accuracy"]
+    ra = a[a["record"] == "accuracy"][cols].sort_values(cols[:6]).reset_index(drop=True)
+    rb = b[b["record"] == "accuracy"][cols].sort_values(cols[:6]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(ra, rb)
+    assert set(ra["seed"]) == {0, 1}
+    # an exact permuted copy: BiCo recovers the permuted task vector, so it matches direct fine-tuning's twin
+    acc = ra[ra["alpha_mode"] == "fixed"].set_index(["seed", "method"])["accuracy"]
+    for seed in (0, 1):
+        assert acc[(seed, "bico")] == pytest.approx(acc[(seed, "finetuned")], abs=1e-9)

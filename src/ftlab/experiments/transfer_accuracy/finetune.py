@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ftlab.experiments.training import TrainConfig, n_rows, take_rows, train_
 
-__all__ = ["batches_of", "finetune", "recipe", "task_loss"]
+__all__ = ["LOSS_KINDS", "batches_of", "finetune", "recipe", "task_loss"]
 
 
 def recipe(**overrides) -> TrainConfig:
@@ -50,15 +50,35 @@ def batches_of(inputs, labels, *, batch_size: int, n: int | None = None, seed: i
     return [(take_rows(inputs, idx[i:i + batch_size]), labels[idx[i:i + batch_size]]) for i in range(0, n, batch_size)]
 
 
-def task_loss(classes: Sequence[int]) -> Callable:
-    """``loss(model, batch) -> scalar``: mean cross-entropy of the head's logits restricted to ``classes``."""
+#: Calibration losses (:func:`task_loss` ``kind``): ``ce`` cross-entropy with the labels (the default; what
+#: fine-tuning minimises); ``logit`` minus the true class's logit relative to the mean logit (no dependence on
+#: the model's own errors: every sample pulls its true class with the same weight); ``pseudo`` cross-entropy
+#: with the model's own prediction as the label (needs no labels).
+LOSS_KINDS: tuple[str, ...] = ("ce", "logit", "pseudo")
+
+
+def task_loss(classes: Sequence[int], kind: str = "ce") -> Callable:
+    """``loss(model, batch) -> scalar`` through the head's logits restricted to ``classes`` (:data:`LOSS_KINDS`)."""
+    from ftlab.core.validate import check_choice
+
+    check_choice("loss", kind, LOSS_KINDS)
     cls = torch.as_tensor(list(classes), dtype=torch.long)
 
-    def loss(model, batch):
+    def ce(model, batch):
         x, y = batch
         return F.cross_entropy(model(x)[:, cls], y)
 
-    return loss
+    def logit(model, batch):
+        x, y = batch
+        z = model(x)[:, cls]
+        return -(z.gather(1, y[:, None]).squeeze(1) - z.mean(1)).mean()
+
+    def pseudo(model, batch):
+        x, _ = batch
+        z = model(x)[:, cls]
+        return F.cross_entropy(z, z.detach().argmax(1))
+
+    return {"ce": ce, "logit": logit, "pseudo": pseudo}[kind]
 
 
 def finetune(model, inputs, labels, classes: Sequence[int], *, config: TrainConfig | None = None, seed: int = 0):

@@ -1,31 +1,40 @@
-"""The benchmark driver: every setting x task x seed, every method, alpha fixed and searched.
+"""The benchmark driver: real pretrained pairs and the controlled ViT family, every method, alpha fixed and searched.
 
-For one (source base A, target base B, task, seed):
+For one source encoder A and target encoder B, one task and one seed (:func:`evaluate_pair`):
 
-1. fine-tune A on the task's training draw -> ``A_ft`` (:mod:`~ftlab.experiments.transfer_accuracy.finetune`);
-2. fine-tune B with the same recipe -> ``B_ft`` (the upper bound, method ``finetuned``);
-3. read B zero-shot (method ``zero_shot``);
-4. for every registered method that applies (``gradfix`` and ``identity`` need equal shapes),
-   ``tau_B = ftlab.transfer.transfer(A, A_ft, B, cal_batches, loss, method=...)`` with ``n_cal``
-   calibration samples drawn (by seed) from the training draw, the loss being each model's
-   cross-entropy through its own frozen head; then the accuracy of ``B + alpha tau_B`` at
-   ``alpha = 1`` (``alpha_mode="fixed"``) and at the alpha chosen on the validation split by
-   :func:`ftlab.transfer.search_alpha` over the same grid for every method (``"searched"``);
-5. BiCo again at every calibration size of ``cal_sizes`` (``alpha_mode`` both ways).
+1. each encoder gets a frozen linear-probe head fitted on its own features of the task's training
+   draw (:mod:`~ftlab.experiments.transfer_accuracy.probe`; the controlled ViTs keep their pretrained
+   20-class head and read a task's rows of it, their "zero-shot" head);
+2. A and B are fine-tuned through their frozen heads with the same recipe -> ``A_ft`` and ``B_ft``
+   (``B_ft`` is the upper bound, method ``finetuned``; ``B`` itself is the lower bound, method
+   ``probe`` -- ``zero_shot`` for the ViT family);
+3. for each calibration set (``n100``: 100 samples drawn by seed from the training draw; ``k5``: 5
+   per class) and each registered method, ``tau_B = fit_transfer(A, A_ft, B, batches, loss)``, the loss
+   being each model's cross-entropy through its own frozen head; the test accuracy of ``B + alpha
+   tau_B`` at ``alpha = 1`` (``alpha_mode="fixed"``) and at the alpha chosen on the validation split
+   over the same grid for every method (``"searched"``);
+4. BiCo's fit on ``n100`` also records, per capture point of B, the CKA of the two bases'
+   calibration inputs and output gradients, the map ranks and the share of ``||tau_A||^2`` carried by
+   the paired source layer (``record="layer"`` rows), and the transfer diagnostic's estimate of the
+   share of the task vector that carries over (``record="estimate"``), when the library provides one.
 
-Each (task, seed) of the vision settings and each seed of the text pair is one point of a
-resumable :func:`ftlab.core.sweep.run_sweep`; the result is one tidy row per
-(setting, task, seed, method, alpha_mode, n_cal) with the test accuracy.
+Points of one resumable :func:`ftlab.core.sweep.run_sweep`: ``("vision", task, seed)`` runs every
+EfficientNet pair (each model fine-tuned once), ``("text", pair, task, seed)`` one text pair,
+``("family", task, seed)`` every controlled ViT setting. Every point sets ``torch.set_num_threads(1)``
+and draws everything from its seed, so a point's rows do not depend on the machine's thread count
+or on which worker ran it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,79 +42,110 @@ from ftlab.core.validate import check_choice, check_int
 from ftlab.experiments.training import TrainConfig
 from ftlab.experiments.transfer_accuracy.finetune import recipe
 
-__all__ = ["BenchmarkConfig", "quick_config", "full_config", "evaluate_transfers", "vision_point", "text_point",
-           "benchmark_point", "run_benchmark", "TRANSFER_METHODS"]
+__all__ = ["BenchmarkConfig", "CALIBRATIONS", "Prepared", "TRANSFER_METHODS", "benchmark_point", "calibration_batches",
+           "evaluate_pair", "family_point", "full_config", "prepare", "quick_config", "run_benchmark", "text_point",
+           "tiny_config", "vision_point"]
 
 log = logging.getLogger(__name__)
 
-#: Methods compared in the table (short names as registered in ftlab.transfer); ``identity`` equals
-#: ``naive`` whenever it applies (same shapes), so it is not repeated.
-TRANSFER_METHODS: tuple[str, ...] = ("naive", "activation_only", "gradient_only", "gradfix", "bico")
-#: Text fine-tuning also freezes the 30522 x 384 word-embedding table: its delta would be sparse (only the
-#: tokens of a few hundred glosses) and transporting it costs a vocabulary-sized identity map; with it frozen,
-#: zeroing its (exactly zero) delta in the transfer loses nothing.
-TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.embeddings.word_embeddings")
-TEXT_TASK = "wordnet_supersense"
-_GRID_FULL = tuple(round(0.1 * i, 10) for i in range(1, 31))
-_GRID_QUICK = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+#: Methods compared (registered short names of ftlab.transfer); ``identity`` equals ``naive`` whenever it
+#: applies (same shapes), so it is not repeated; ``gradfix`` needs equal shapes (the ViT family's copies).
+TRANSFER_METHODS: tuple[str, ...] = ("naive", "bico_input_only", "bico_output_only", "activation_only", "gradient_only",
+                                     "gradfix", "bico")
+#: Calibration sets: 100 samples drawn at random from the training draw, or 5 per class (the paper's two regimes).
+CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
+#: Text fine-tuning keeps the word-embedding table and MPNet's relative attention bias frozen (the source's converted
+#: bias is zero and has no counterpart in a BERT source): their deltas are exactly zero.
+TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.model.embeddings.word_embeddings",
+                                 "encoder.model.encoder.relative_attention_bias")
+_GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
     """Everything that defines a benchmark run (saved next to its results).
 
-    tasks / settings / seeds : vision tasks (:data:`~ftlab.experiments.transfer_accuracy.tasks.TASKS`),
-        settings (:data:`~ftlab.experiments.transfer_accuracy.family.SETTINGS`) and seeds (each seed redraws the
-        training set, the fine-tuning order and the calibration samples).
-    n_train, n_val, n_test : vision split sizes (images).
-    n_cal : calibration samples of the main table; cal_sizes : BiCo's calibration-size sweep
-        (run in ``cal_settings`` only); cal_batch_size : calibration batch size.
-    alpha_grid : the alpha grid searched on the validation split (the same for every method).
-    methods : transfer methods compared.
-    vision_finetune / text_finetune : recipes (the source's and the directly fine-tuned target's).
-    text : run the MiniLM-L6 -> MiniLM-L3 pair; text_* : its sizes and grid.
+    Real vision pairs: ``vision_pairs`` (:data:`~ftlab.experiments.transfer_accuracy.pairs.PAIRS`) on
+    ``image_tasks`` at ``resolution`` px, ``seeds``; ``n_train`` (fine-tuning set = probe set =
+    calibration pool), ``n_val`` (alpha search), ``n_test`` images; ``vision_finetune`` recipe.
+    Real text pairs: ``text_pairs`` on ``text_tasks`` with ``text_seeds``, ``text_n_*`` glosses
+    (``max_length`` tokens), ``text_finetune``.
+    Controlled ViT family: ``family_settings``
+    (:data:`~ftlab.experiments.transfer_accuracy.family.SETTINGS`) on ``family_tasks`` with
+    ``family_seeds``, ``family_n_*`` images, ``family_finetune``.
+    Transfer: ``methods``, ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
+    calibration loss, :data:`~ftlab.experiments.transfer_accuracy.finetune.LOSS_KINDS`), ``alpha_grid``
+    (searched on validation, the same for every method), ``transfer`` (options passed to every
+    transfer: :class:`~ftlab.transfer.TransferOptions` fields and method options), ``vision_transfer`` /
+    ``text_transfer`` (extra options for those pairs).
     """
 
-    tasks: tuple[str, ...] = ("mnist_rot90", "fashion_invert", "mnist_noise", "digits", "fashion_tops_rot180")
-    settings: tuple[str, ...] = ("width", "depth", "pretraining")
+    vision_pairs: tuple[str, ...] = ("lite0->lite1", "lite1->lite2", "lite0->lite2")
+    image_tasks: tuple[str, ...] = ("mnist", "fashion", "digits", "fashion_tops", "mnist_noise")
+    resolution: int = 32
     seeds: tuple[int, ...] = (0, 1, 2)
     n_train: int = 500
-    n_val: int = 300
-    n_test: int = 2000
-    n_cal: int = 100
-    cal_sizes: tuple[int, ...] = (10, 30, 100, 300)
-    cal_settings: tuple[str, ...] = ("width",)
-    cal_batch_size: int = 32
-    alpha_grid: tuple[float, ...] = _GRID_FULL
-    methods: tuple[str, ...] = TRANSFER_METHODS
+    n_val: int = 200
+    n_test: int = 1000
     vision_finetune: TrainConfig = recipe(lr=0.03, epochs=5)
-    text: bool = True
+    text_pairs: tuple[str, ...] = ("minilm_l3->minilm_l6", "minilm_l6->mpnet_base")
+    text_tasks: tuple[str, ...] = ("wordnet_nouns", "wordnet_verbs")
     text_seeds: tuple[int, ...] = (0, 1, 2)
-    text_n_classes: int = 8
     text_n_train: int = 400
     text_n_val: int = 200
-    text_n_test: int = 800
-    text_cal_sizes: tuple[int, ...] = (10, 30, 100, 300)
-    text_alpha_grid: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+    text_n_test: int = 600
+    text_max_length: int = 24
     text_finetune: TrainConfig = recipe(lr=0.01, epochs=4)
-    extra: dict = field(default_factory=dict)
+    family_settings: tuple[str, ...] = ("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining",
+                                        "width", "depth")
+    family_tasks: tuple[str, ...] = ("mnist_rot90", "fashion_invert", "digits", "fashion_tops_rot180")
+    family_seeds: tuple[int, ...] = (0, 1, 2)
+    family_n_train: int = 500
+    family_n_val: int = 300
+    family_n_test: int = 1000
+    family_finetune: TrainConfig = recipe(lr=0.03, epochs=5)
+    methods: tuple[str, ...] = TRANSFER_METHODS
+    calibrations: tuple[str, ...] = CALIBRATIONS
+    cal_batch_size: int = 32
+    alpha_grid: tuple[float, ...] = _GRID
+    cal_loss: str = "ce"
+    transfer: dict = field(default_factory=dict)
+    vision_transfer: dict = field(default_factory=dict)
+    text_transfer: dict = field(default_factory=dict)
+    diagnose: bool = True
 
     def __post_init__(self):
         from ftlab.experiments.transfer_accuracy.family import SETTINGS
+        from ftlab.experiments.transfer_accuracy.pairs import PAIRS
         from ftlab.experiments.transfer_accuracy.tasks import TASKS
+        from ftlab.experiments.transfer_accuracy.text import TEXT_TASKS
+        from ftlab.experiments.transfer_accuracy.vision import IMAGE_TASKS
 
-        for t in self.tasks:
-            check_choice("task", t, list(TASKS))
-        for s in (*self.settings, *self.cal_settings):
-            check_choice("setting", s, list(SETTINGS))
-        for k in ("n_train", "n_val", "n_test", "n_cal", "cal_batch_size"):
+        for p in self.vision_pairs:
+            check_choice("vision pair", p, [k for k, v in PAIRS.items() if v.kind == "vision"])
+        for p in self.text_pairs:
+            check_choice("text pair", p, [k for k, v in PAIRS.items() if v.kind == "text"])
+        for t in self.image_tasks:
+            check_choice("image task", t, list(IMAGE_TASKS))
+        for t in self.text_tasks:
+            check_choice("text task", t, list(TEXT_TASKS))
+        for s in self.family_settings:
+            check_choice("family setting", s, list(SETTINGS))
+        for t in self.family_tasks:
+            check_choice("family task", t, list(TASKS))
+        for c in self.calibrations:
+            check_choice("calibration", c, CALIBRATIONS)
+        from ftlab.experiments.transfer_accuracy.finetune import LOSS_KINDS
+
+        check_choice("cal_loss", self.cal_loss, LOSS_KINDS)
+        for k in ("n_train", "n_val", "n_test", "text_n_train", "text_n_val", "text_n_test", "family_n_train",
+                  "family_n_val", "family_n_test", "cal_batch_size", "resolution", "text_max_length"):
             check_int(k, getattr(self, k), 1)
-        for n in (*self.cal_sizes, *self.text_cal_sizes):
-            check_int("cal_sizes", n, 1)
-        if self.n_cal > self.n_train or max(self.cal_sizes, default=0) > self.n_train:
-            raise ValueError(f"n_cal={max(self.n_cal, *self.cal_sizes)} is out of range: must be <= n_train={self.n_train}")
-        if not self.seeds or not self.alpha_grid:
-            raise ValueError("seeds and alpha_grid must not be empty")
+        for k in ("n_train", "text_n_train", "family_n_train"):
+            if getattr(self, k) < 100 and "n100" in self.calibrations:
+                raise ValueError(f"{k}={getattr(self, k)} is out of range: calibration n100 needs at least 100")
+        if not self.alpha_grid or 1.0 not in self.alpha_grid:
+            raise ValueError(f"alpha_grid={self.alpha_grid!r} is invalid: it must contain 1.0")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -113,7 +153,7 @@ class BenchmarkConfig:
     @classmethod
     def from_dict(cls, d: dict) -> BenchmarkConfig:
         d = dict(d)
-        for k in ("vision_finetune", "text_finetune"):
+        for k in ("vision_finetune", "text_finetune", "family_finetune"):
             if isinstance(d.get(k), dict):
                 d[k] = TrainConfig(**{**d[k], "frozen": tuple(d[k].get("frozen", ("head",)))})
         for k, v in list(d.items()):
@@ -121,181 +161,389 @@ class BenchmarkConfig:
                 d[k] = tuple(v)
         return cls(**d)
 
+    def points(self, *, text_available: Sequence[str] | None = None) -> list[dict]:
+        """The sweep points, the slowest first (so both workers stay busy to the end)."""
+        cfg = self.to_dict()
+        text_pairs = [p for p in self.text_pairs if text_available is None or p in text_available]
+        heavy = [p for p in text_pairs if "mpnet" in p]
+        light = [p for p in text_pairs if p not in heavy]
+        pts = [{"kind": "text", "pair": p, "task": t, "seed": s, "config": cfg}
+               for p in heavy for t in self.text_tasks for s in self.text_seeds]
+        pts += [{"kind": "vision", "pair": "", "task": t, "seed": s, "config": cfg}
+                for t in self.image_tasks for s in self.seeds] if self.vision_pairs else []
+        pts += [{"kind": "text", "pair": p, "task": t, "seed": s, "config": cfg}
+                for p in light for t in self.text_tasks for s in self.text_seeds]
+        pts += [{"kind": "family", "pair": "", "task": t, "seed": s, "config": cfg}
+                for t in self.family_tasks for s in self.family_seeds] if self.family_settings else []
+        return pts
+
 
 def quick_config() -> BenchmarkConfig:
-    """The default of ``ftlab reproduce transfer`` (< 15 min on 2 cores with a warm cache):
-    4 tasks, 3 seeds, all three vision settings, the text pair; calibration sweep in the width setting."""
-    return BenchmarkConfig(tasks=("mnist_rot90", "fashion_invert", "digits", "fashion_tops_rot180"), n_test=1000,
-                           alpha_grid=_GRID_QUICK, cal_sizes=(10, 30, 100, 300), text_n_train=300, text_n_test=600,
-                           text_cal_sizes=(30, 100), text_alpha_grid=(0.5, 1.0, 1.5, 2.0, 3.0))
+    """The default of ``ftlab reproduce transfer`` (a few minutes on 2 cores with warm caches): the three
+    EfficientNet pairs on 2 tasks, MiniLM-L3 -> L6 on one task, the ViT family's dose-response axis on 2
+    tasks, 3 seeds, 100-sample calibration, a short alpha grid."""
+    return BenchmarkConfig(image_tasks=("fashion_tops", "mnist_noise"), n_train=300, n_val=150, n_test=500,
+                           vision_finetune=recipe(lr=0.03, epochs=4), text_pairs=("minilm_l3->minilm_l6",),
+                           text_tasks=("wordnet_nouns",), text_n_train=300, text_n_val=150, text_n_test=400,
+                           family_settings=("permuted", "continued_4ep", "independent", "width"),
+                           family_tasks=("digits", "fashion_tops_rot180"), family_n_val=200, family_n_test=500,
+                           methods=("naive", "bico_input_only", "bico_output_only", "activation_only", "bico"),
+                           calibrations=("n100",), alpha_grid=(0.25, 0.5, 1.0, 1.5, 2.0))
 
 
 def full_config() -> BenchmarkConfig:
-    """``--full``: 5 tasks, 5 seeds, 1000 training images, the fine 0.1-step alpha grid."""
-    return BenchmarkConfig(seeds=(0, 1, 2, 3, 4), n_train=1000, n_val=500, n_test=5000, text_seeds=(0, 1, 2, 3, 4))
+    """``--full``: every pair (all-mpnet-base-v2 needs ``make data-full``), 5 image and 2 text tasks, 3 seeds,
+    both calibration sets, every method, the controlled family with its whole dose-response axis."""
+    return BenchmarkConfig()
 
 
-def _record(setting, task, seed, method, mode, alpha, n_cal, acc, seconds=float("nan")) -> dict:
-    return {"setting": setting, "task": task, "seed": seed, "method": method, "alpha_mode": mode,
-            "alpha": float(alpha), "n_cal": int(n_cal), "accuracy": float(acc), "seconds": float(seconds)}
+def tiny_config(**overrides) -> BenchmarkConfig:
+    """A seconds-long configuration for tests (controlled family only, 1 task, 2 seeds)."""
+    base: dict = dict(vision_pairs=(), text_pairs=(), family_settings=("permuted",), family_tasks=("digits",),
+                      family_seeds=(0, 1), family_n_train=100, family_n_val=40, family_n_test=60,
+                      family_finetune=recipe(lr=0.03, epochs=1), methods=("naive", "bico"), calibrations=("n100",),
+                      alpha_grid=(0.5, 1.0), diagnose=False)
+    return BenchmarkConfig(**{**base, **overrides})
 
 
-def evaluate_transfers(*, setting: str, task: str, seed: int, source_base, source_ft, target_base, target_ft,
-                       cal_pool: tuple, loss: Callable, score: Callable[[object, str], float],
-                       methods: Sequence[str], n_cal: int, cal_sizes: Sequence[int] = (), alpha_grid: Sequence[float],
-                       cal_batch_size: int = 32, transfer_options: dict | None = None) -> list[dict]:
-    """Rows for one (setting, task, seed): zero-shot, fine-tuned, every method at alpha=1 and searched.
+def _record(setting, task, seed, method, calibration, mode, alpha, n_cal, acc, seconds=math.nan) -> dict:
+    return {"record": "accuracy", "setting": setting, "task": task, "seed": int(seed), "method": method,
+            "calibration": calibration, "alpha_mode": mode, "alpha": float(alpha), "n_cal": int(n_cal),
+            "accuracy": float(acc), "seconds": float(seconds)}
 
-    cal_pool : ``(inputs, labels)`` from which calibration samples are drawn (by ``seed``);
+
+def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int = 32) -> list[tuple]:
+    """The calibration batches ``kind`` (``n100``: 100 samples drawn by ``seed``; ``k5``: 5 per class, the first
+    five of each class in a ``seed``-drawn order), as ``(inputs, labels)`` batches of ``batch_size``."""
+    import torch
+
+    from ftlab.experiments.training import n_rows, take_rows
+    from ftlab.experiments.transfer_accuracy.finetune import batches_of
+
+    check_choice("calibration", kind, CALIBRATIONS)
+    if kind == "n100":
+        return batches_of(inputs, labels, batch_size=batch_size, n=min(100, n_rows(inputs)), seed=seed)
+    order = np.random.default_rng(seed).permutation(n_rows(inputs))
+    y = np.asarray(labels)[order]
+    picked = np.concatenate([order[y == c][:5] for c in np.unique(y)])
+    idx = torch.from_numpy(np.random.default_rng(seed + 1).permutation(picked))
+    return [(take_rows(inputs, idx[i:i + batch_size]), labels[idx[i:i + batch_size]])
+            for i in range(0, len(idx), batch_size)]
+
+
+def _diagnose(res, source, source_ft, target, batches, loss, options: dict) -> dict:
+    """The transfer diagnostic's estimate of the share of tau_A that carries over (:func:`ftlab.transfer.diagnose`).
+
+    Computed from BiCo's finished fit ``res`` (fitted with ``diagnostics=True``) when the library can read a
+    diagnosis off a result, else by running :func:`~ftlab.transfer.diagnose` (a second calibration pass).
+    """
+    import ftlab.transfer.diagnose as D
+    from ftlab.transfer import TransferOptions
+
+    from_result = getattr(D, "diagnosis_from_result", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if from_result is not None:
+                dg = from_result(res)
+            else:
+                dg = D.diagnose(source, source_ft, target, batches, loss, options=TransferOptions(**options))
+    except ValueError as exc:
+        log.info("diagnose failed: %s", exc)
+        return {}
+    return {"estimate": float(dg.estimate), "estimate_cka": float(dg.estimate_cka), "zeroed_share": float(dg.zeroed_share)}
+
+
+def _layer_rows(res, setting, task, seed, calibration) -> list[dict]:
+    """Per target capture point: CKA in/out, ranks, rows and the share of ||tau_A||^2 of the paired source layer."""
+    total = float(res.source_norms.get("total") or 0.0) ** 2
+    rows = []
+    for i, rec in enumerate(res.layers()):
+        share = (rec.get("source_norm", math.nan) ** 2 / total) if total > 0 else math.nan
+        rows.append({"record": "layer", "setting": setting, "task": task, "seed": int(seed), "calibration": calibration,
+                     "order": i, "point": rec["target"], "source_point": rec["source"],
+                     "in_cka": rec.get("in_cka", math.nan), "out_cka": rec.get("out_cka", math.nan),
+                     "in_similarity": rec.get("in_similarity", math.nan),
+                     "out_similarity": rec.get("out_similarity", math.nan),
+                     "in_rank": rec.get("in_rank", math.nan), "out_rank": rec.get("out_rank", math.nan),
+                     "in_dims": rec.get("in_dims", math.nan), "out_dims": rec.get("out_dims", math.nan),
+                     "in_rows": rec.get("in_rows", math.nan), "out_rows": rec.get("out_rows", math.nan),
+                     "in_residual": rec.get("in_residual_fit", math.nan),
+                     "out_residual": rec.get("out_residual_fit", math.nan),
+                     "tau_share": share})
+    return rows
+
+
+def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft, target_base, target_ft,
+                  cal_pool: tuple, loss: Callable, score: Callable[[object, str], float], methods: Sequence[str],
+                  calibrations: Sequence[str] = ("n100",), alpha_grid: Sequence[float], cal_batch_size: int = 32,
+                  transfer_options: dict | None = None, baseline: str = "probe", layers: bool = True,
+                  diagnose: bool = False) -> list[dict]:
+    """Rows for one (setting, task, seed): the baseline, fine-tuned, every method x calibration at alpha=1 and searched.
+
+    cal_pool : ``(inputs, labels)`` the calibration sets are drawn from (by ``seed``);
     loss : ``loss(model, batch)`` through each model's own frozen head;
     score : ``score(model, split)`` with ``split`` in ``{"val", "test"}`` -> accuracy;
-    methods : registered short names; a method that does not apply to these shapes (ValueError
-        from ``ftlab.transfer``) is skipped and logged.
+    methods : registered short names; a method that does not apply to these shapes (``ValueError``
+        from ``ftlab.transfer``) is skipped and logged; ``naive`` needs no calibration and is run once;
+    transfer_options : :class:`~ftlab.transfer.TransferOptions` fields and method options for every method
+        (method options a method does not take are dropped for it);
+    baseline : the method name of the target base's own accuracy (``probe`` or ``zero_shot``).
     """
-    from ftlab.experiments.transfer_accuracy.finetune import batches_of
-    from ftlab.transfer import TaskVector, transfer
+    from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, list_methods, split_options
     from ftlab.transfer.align import RankWarning
     from ftlab.transfer.evaluate import search_alpha
 
     opts = dict(transfer_options or {})
-    rows = [_record(setting, task, seed, "zero_shot", mode, np.nan, n_cal, score(target_base, "test"))
-            for mode in ("fixed", "searched")]
+    general = set(TransferOptions.field_names())
+    own_fields = {i.name: {f.name for f in dataclasses.fields(i.options_type)} for i in list_methods()}
+    base_acc = score(target_base, "test")
+    rows = [_record(setting, task, seed, baseline, "-", mode, math.nan, 0, base_acc) for mode in ("fixed", "searched")]
     ft_acc = score(target_ft, "test")
-    rows += [_record(setting, task, seed, "finetuned", mode, np.nan, n_cal, ft_acc) for mode in ("fixed", "searched")]
-    runs = [(m, n_cal) for m in methods] + [("bico", n) for n in cal_sizes if n != n_cal or "bico" not in methods]
-    for method, n in runs:
-        batches = batches_of(cal_pool[0], cal_pool[1], batch_size=cal_batch_size, n=n, seed=seed)
-        t0 = time.perf_counter()
-        try:
-            with warnings.catch_warnings():  # expected at small n_cal; the calibration sweep shows it
-                warnings.simplefilter("ignore", RankWarning)
-                tau = transfer(source_base, source_ft, target_base, batches, loss, method=method, **opts)
-        except ValueError as exc:
-            log.info("%s/%s: method %s skipped: %s", setting, task, method, exc)
-            continue
-        seconds = time.perf_counter() - t0
-        rows.append(_record(setting, task, seed, method, "fixed", 1.0, n, score(tau.apply(target_base, 1.0), "test"),
-                            seconds))
-        def val_score(a: float, tau: TaskVector = tau) -> float:
-            return score(tau.apply(target_base, a), "val")
+    rows += [_record(setting, task, seed, "finetuned", "-", mode, math.nan, 0, ft_acc) for mode in ("fixed", "searched")]
+    for calibration in calibrations:
+        batches = calibration_batches(cal_pool[0], cal_pool[1], kind=calibration, seed=seed, batch_size=cal_batch_size)
+        n_cal = sum(len(b[1]) for b in batches)
+        for method in methods:
+            if method == "naive" and calibration != calibrations[0]:
+                continue
+            mine = {k: v for k, v in opts.items() if k in general or k in own_fields.get(method, set())}
+            want_layers = layers and method == "bico" and calibration == calibrations[0]
+            if want_layers:
+                mine["diagnostics"] = True
+            t0 = time.perf_counter()
+            try:
+                topts, m = split_options(method, mine)
+                with warnings.catch_warnings():  # rank deficits are expected at 100 rows; the layer rows record them
+                    warnings.simplefilter("ignore", RankWarning)
+                    res = fit_transfer(source_base, source_ft, target_base, batches, loss, method=m, options=topts)
+            except ValueError as exc:
+                log.info("%s/%s: method %s skipped: %s", setting, task, method, exc)
+                continue
+            seconds = time.perf_counter() - t0
+            tau = res.task_vector
+            cal = "-" if method == "naive" else calibration
+            ncal = 0 if method == "naive" else n_cal
+            rows.append(_record(setting, task, seed, method, cal, "fixed", 1.0, ncal,
+                                score(tau.apply(target_base, 1.0), "test"), seconds))
 
-        best, _ = search_alpha(val_score, grid=alpha_grid)
-        rows.append(_record(setting, task, seed, method, "searched", best, n, score(tau.apply(target_base, best), "test"),
-                            seconds))
+            def val_score(a: float, tau: TaskVector = tau) -> float:
+                return score(tau.apply(target_base, a), "val")
+
+            best, _ = search_alpha(val_score, grid=alpha_grid)
+            acc = rows[-1]["accuracy"] if best == 1.0 else score(tau.apply(target_base, best), "test")
+            rows.append(_record(setting, task, seed, method, cal, "searched", best, ncal, acc, seconds))
+            if want_layers:
+                rows += _layer_rows(res, setting, task, seed, calibration)
+                if diagnose:
+                    est = _diagnose(res, source_base, source_ft, target_base, batches, loss,
+                                    {k: v for k, v in opts.items() if k in general})
+                    if est:
+                        rows.append({"record": "estimate", "setting": setting, "task": task, "seed": int(seed),
+                                     "calibration": calibration, **est})
     return rows
 
 
-def vision_point(task: str, seed: int, config: dict, cache: str | None = None) -> list[dict]:
-    """All vision settings for one (task, seed) (a :func:`ftlab.core.sweep.run_sweep` point)."""
+def _scorer(splits: dict, classes=None):
+    from ftlab.experiments.training import accuracy
+
+    def score(model, split):
+        return accuracy(model, *splits[split], classes=classes, batch_size=256)
+
+    return score
+
+
+def vision_point(task: str, seed: int, config: dict) -> list[dict]:
+    """Every EfficientNet pair for one (task, seed): probes, fine-tunings (each model once), transfers."""
     import torch
 
-    from ftlab.experiments.training import accuracy
+    from ftlab.experiments.transfer_accuracy.finetune import finetune, task_loss
+    from ftlab.experiments.transfer_accuracy.pairs import PAIRS, load_encoder
+    from ftlab.experiments.transfer_accuracy.probe import ProbeClassifier, fit_probe_head
+    from ftlab.experiments.transfer_accuracy.vision import load_image_task
+
+    torch.set_num_threads(1)
+    cfg = BenchmarkConfig.from_dict(config)
+    d = load_image_task(task, n_train=cfg.n_train, n_val=cfg.n_val, n_test=cfg.n_test, seed=seed,
+                        resolution=cfg.resolution)
+    splits = {"train": (d.x_train, d.y_train), "val": (d.x_val, d.y_val), "test": (d.x_test, d.y_test)}
+    score = _scorer(splits)
+    classes = range(d.n_classes)
+    loss = task_loss(classes, cfg.cal_loss)
+    models: dict = {}
+
+    def model(key):
+        if key not in models:
+            enc = load_encoder(key)
+            base = ProbeClassifier(enc, fit_probe_head(enc, d.x_train, d.y_train, n_classes=d.n_classes)).eval()
+            models[key] = (base, finetune(base, d.x_train, d.y_train, classes, config=cfg.vision_finetune, seed=seed))
+        return models[key]
+
+    rows = []
+    for name in cfg.vision_pairs:
+        p = PAIRS[name]
+        (a, a_ft), (b, b_ft) = model(p.source), model(p.target)
+        rows += evaluate_pair(setting=name, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
+                              target_ft=b_ft, cal_pool=splits["train"], loss=loss, score=score, methods=cfg.methods,
+                              calibrations=cfg.calibrations, alpha_grid=cfg.alpha_grid,
+                              cal_batch_size=cfg.cal_batch_size, transfer_options={**cfg.transfer, **cfg.vision_transfer},
+                              diagnose=cfg.diagnose)
+    return rows
+
+
+def text_point(pair: str, task: str, seed: int, config: dict) -> list[dict]:
+    """One text pair on one (task, seed), read through linear-probe heads."""
+    import torch
+
+    from ftlab.experiments.transfer_accuracy.finetune import finetune, task_loss
+    from ftlab.experiments.transfer_accuracy.pairs import PAIRS, load_encoder, text_tokenizer
+    from ftlab.experiments.transfer_accuracy.probe import ProbeClassifier, fit_probe_head
+    from ftlab.experiments.transfer_accuracy.text import load_text_task
+
+    torch.set_num_threads(1)
+    cfg = BenchmarkConfig.from_dict(config)
+    p = PAIRS[pair]
+    d = load_text_task(task, text_tokenizer(), n_train=cfg.text_n_train, n_val=cfg.text_n_val, n_test=cfg.text_n_test,
+                       max_length=cfg.text_max_length, seed=seed)
+    splits = {"train": (d.x_train, d.y_train), "val": (d.x_val, d.y_val), "test": (d.x_test, d.y_test)}
+    classes = range(d.n_classes)
+    ft_cfg = dataclasses.replace(cfg.text_finetune, frozen=tuple(dict.fromkeys((*cfg.text_finetune.frozen, *TEXT_FROZEN))))
+    tuned = []
+    for key in (p.source, p.target):
+        enc = load_encoder(key)
+        base = ProbeClassifier(enc, fit_probe_head(enc, d.x_train, d.y_train, n_classes=d.n_classes)).eval()
+        tuned.append((base, finetune(base, d.x_train, d.y_train, classes, config=ft_cfg, seed=seed)))
+    (a, a_ft), (b, b_ft) = tuned
+    opts = {"padding_mask": _attention_mask, **cfg.transfer, **cfg.text_transfer}
+    return evaluate_pair(setting=pair, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
+                         cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss), score=_scorer(splits),
+                         methods=cfg.methods,
+                         calibrations=cfg.calibrations, alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
+                         transfer_options=opts, diagnose=cfg.diagnose)
+
+
+@dataclass
+class Prepared:
+    """One (setting, task, seed) ready to transfer: bases, fine-tuned models, splits and how to score them."""
+
+    setting: str
+    task: str
+    seed: int
+    source_base: Any
+    source_ft: Any
+    target_base: Any
+    target_ft: Any
+    splits: dict
+    classes: Any
+    score: Callable
+    baseline: str
+    transfer_options: dict
+
+
+def prepare(kind: str, setting: str, task: str, seed: int, config: dict, cache: str | None = None) -> Prepared:
+    """Build one setting for :mod:`~ftlab.experiments.transfer_accuracy.investigate`: ``kind`` is ``vision`` or
+    ``text`` (``setting`` a pair of :data:`~ftlab.experiments.transfer_accuracy.pairs.PAIRS`) or ``family``
+    (``setting`` a key of :data:`~ftlab.experiments.transfer_accuracy.family.SETTINGS`)."""
+    import torch
+
+    from ftlab.experiments.transfer_accuracy.finetune import finetune
+    from ftlab.experiments.transfer_accuracy.pairs import PAIRS, load_encoder, text_tokenizer
+    from ftlab.experiments.transfer_accuracy.probe import ProbeClassifier, fit_probe_head
+
+    check_choice("kind", kind, ("vision", "text", "family"))
+    torch.set_num_threads(1)
+    cfg = BenchmarkConfig.from_dict(config)
+    if kind == "family":
+        from ftlab.experiments.transfer_accuracy.family import SETTINGS, load_base
+        from ftlab.experiments.transfer_accuracy.tasks import TASKS, load_task
+
+        fd = load_task(task, n_train=cfg.family_n_train, n_val=cfg.family_n_val, n_test=cfg.family_n_test, seed=seed)
+        t = torch.from_numpy
+        splits = {"train": (t(fd.x_train), t(fd.y_train)), "val": (t(fd.x_val), t(fd.y_val)),
+                  "test": (t(fd.x_test), t(fd.y_test))}
+        classes = TASKS[task].joint_classes
+        models = []
+        for name in SETTINGS[setting]:
+            b = load_base(name, cache=cache)[0]
+            models.append((b, finetune(b, *splits["train"], classes, config=cfg.family_finetune, seed=seed)))
+        return Prepared(setting, task, seed, *models[0], *models[1], splits, classes, _scorer(splits, classes),
+                        "zero_shot", dict(cfg.transfer))
+    p = PAIRS[setting]
+    if kind == "vision":
+        from ftlab.experiments.transfer_accuracy.vision import load_image_task
+
+        d = load_image_task(task, n_train=cfg.n_train, n_val=cfg.n_val, n_test=cfg.n_test, seed=seed,
+                            resolution=cfg.resolution)
+        ft_cfg, opts = cfg.vision_finetune, {**cfg.transfer, **cfg.vision_transfer}
+    else:
+        from ftlab.experiments.transfer_accuracy.text import load_text_task
+
+        d = load_text_task(task, text_tokenizer(), n_train=cfg.text_n_train, n_val=cfg.text_n_val,  # type: ignore[assignment]
+                           n_test=cfg.text_n_test, max_length=cfg.text_max_length, seed=seed)
+        ft_cfg = dataclasses.replace(cfg.text_finetune,
+                                     frozen=tuple(dict.fromkeys((*cfg.text_finetune.frozen, *TEXT_FROZEN))))
+        opts = {"padding_mask": _attention_mask, **cfg.transfer, **cfg.text_transfer}
+    splits = {"train": (d.x_train, d.y_train), "val": (d.x_val, d.y_val), "test": (d.x_test, d.y_test)}
+    task_classes = range(d.n_classes)
+    models = []
+    for key in (p.source, p.target):
+        enc = load_encoder(key)
+        base = ProbeClassifier(enc, fit_probe_head(enc, d.x_train, d.y_train, n_classes=d.n_classes)).eval()
+        models.append((base, finetune(base, d.x_train, d.y_train, task_classes, config=ft_cfg, seed=seed)))
+    return Prepared(setting, task, seed, *models[0], *models[1], splits, task_classes, _scorer(splits), "probe", opts)
+
+
+def _attention_mask(batch):
+    """The padding mask of a text calibration batch ``(inputs, labels)``."""
+    return batch[0]["attention_mask"]
+
+
+def family_point(task: str, seed: int, config: dict, cache: str | None = None) -> list[dict]:
+    """Every controlled-family setting for one (task, seed), read zero-shot through the pretrained 20-class head."""
+    import torch
+
     from ftlab.experiments.transfer_accuracy.family import SETTINGS, load_base
     from ftlab.experiments.transfer_accuracy.finetune import finetune, task_loss
     from ftlab.experiments.transfer_accuracy.tasks import TASKS, load_task
 
     torch.set_num_threads(1)
     cfg = BenchmarkConfig.from_dict(config)
-    d = load_task(task, n_train=cfg.n_train, n_val=cfg.n_val, n_test=cfg.n_test, seed=seed)
+    d = load_task(task, n_train=cfg.family_n_train, n_val=cfg.family_n_val, n_test=cfg.family_n_test, seed=seed)
     classes = TASKS[task].joint_classes
     t = torch.from_numpy
     splits = {"train": (t(d.x_train), t(d.y_train)), "val": (t(d.x_val), t(d.y_val)), "test": (t(d.x_test), t(d.y_test))}
-
-    def score(model, split):
-        return accuracy(model, *splits[split], classes=classes)
-
-    loss = task_loss(classes)
     bases: dict = {}
-    fts: dict = {}
 
     def base(name):
         if name not in bases:
-            bases[name] = load_base(name, cache=cache)[0]
-            fts[name] = finetune(bases[name], *splits["train"], classes, config=cfg.vision_finetune, seed=seed)
-        return bases[name], fts[name]
+            b = load_base(name, cache=cache)[0]
+            bases[name] = (b, finetune(b, *splits["train"], classes, config=cfg.family_finetune, seed=seed))
+        return bases[name]
 
     rows = []
-    for setting in cfg.settings:
+    for setting in cfg.family_settings:
         src, tgt = SETTINGS[setting]
-        a, a_ft = base(src)
-        b, b_ft = base(tgt)
-        rows += evaluate_transfers(
-            setting=setting, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
-            cal_pool=splits["train"], loss=loss, score=score, methods=cfg.methods, n_cal=cfg.n_cal,
-            cal_sizes=cfg.cal_sizes if setting in cfg.cal_settings else (), alpha_grid=cfg.alpha_grid,
-            cal_batch_size=cfg.cal_batch_size)
+        (a, a_ft), (b, b_ft) = base(src), base(tgt)
+        rows += evaluate_pair(setting=setting, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
+                              target_ft=b_ft, cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss),
+                              score=_scorer(splits, classes), methods=cfg.methods, calibrations=cfg.calibrations,
+                              alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
+                              transfer_options=cfg.transfer, baseline="zero_shot", diagnose=cfg.diagnose)
     return rows
 
 
-def text_point(seed: int, config: dict) -> list[dict]:
-    """The text pair (MiniLM-L6 -> MiniLM-L3, WordNet supersenses) for one seed, scored by linear probing."""
-    import torch
-
-    from ftlab.data.text import load_minilm_l3, load_minilm_l6
-    from ftlab.experiments.transfer_accuracy.finetune import finetune, task_loss
-    from ftlab.experiments.transfer_accuracy.text import TextClassifier, fit_probe, load_text_task, probe_accuracy
-    from ftlab.transfer import DEFAULT_ZERO
-
-    torch.set_num_threads(1)
-    cfg = BenchmarkConfig.from_dict(config)
-    enc_a, tok = load_minilm_l6()
-    enc_b, _ = load_minilm_l3()
-    d = load_text_task(tok, n_classes=cfg.text_n_classes, n_train=cfg.text_n_train, n_val=cfg.text_n_val,
-                       n_test=cfg.text_n_test, seed=seed)
-    classes = range(len(d.classes))
-    a = TextClassifier(enc_a, fit_probe(enc_a, d.probe_inputs, d.y_probe))
-    b = TextClassifier(enc_b, fit_probe(enc_b, d.probe_inputs, d.y_probe))
-    recipe = dataclasses.replace(cfg.text_finetune, frozen=tuple(dict.fromkeys((*cfg.text_finetune.frozen, *TEXT_FROZEN))))
-    a_ft = finetune(a, d.train_inputs, d.y_train, classes, config=recipe, seed=seed)
-    b_ft = finetune(b, d.train_inputs, d.y_train, classes, config=recipe, seed=seed)
-    held = {"val": (d.val_inputs, d.y_val), "test": (d.test_inputs, d.y_test)}
-
-    def score(model, split):
-        return probe_accuracy(model, d.train_inputs, d.y_train, *held[split])
-
-    return evaluate_transfers(
-        setting="text", task=TEXT_TASK, seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
-        cal_pool=(d.train_inputs, d.y_train), loss=task_loss(classes), score=score, methods=cfg.methods,
-        n_cal=min(cfg.n_cal, cfg.text_n_train), cal_sizes=[n for n in cfg.text_cal_sizes if n <= cfg.text_n_train],
-        alpha_grid=cfg.text_alpha_grid, cal_batch_size=cfg.cal_batch_size,
-        transfer_options={"padding_mask": lambda batch: batch[0]["attention_mask"],
-                          "zero_params": (*DEFAULT_ZERO, "*word_embeddings*")})
-
-
-def run_benchmark(config: BenchmarkConfig, *, store=None, cache=None, workers: int | None = None, scheduler=None):
-    """Pretrain (or read from the cache) every base, then run all points; return the tidy DataFrame.
-
-    store : JSON-lines file of finished points (a rerun resumes); cache : the base-model cache folder
-    (default ``$FTLAB_CACHE`` or ``~/.cache/ftlab``); workers / scheduler : see :func:`ftlab.core.sweep.run_sweep`.
-    """
-    from ftlab.core.sweep import grid, run_sweep
-    from ftlab.experiments.transfer_accuracy.family import SETTINGS
-
-    cache = None if cache is None else str(cache)
-    names = sorted({n for s in (*config.settings, *config.cal_settings) for n in SETTINGS[s]})
-    pre_store = None if store is None else str(store) + ".pretrain.jsonl"
-    pre = run_sweep(pretrain_point, grid(name=names, cache=[cache]), store=pre_store, workers=workers,
-                    scheduler=scheduler, desc="pretrain bases")
-    conf = config.to_dict()
-    # one pool for all points, the slow text points first, so that both workers stay busy to the end
-    points = [{"kind": "text", "task": TEXT_TASK, "seed": s, "config": conf, "cache": cache}
-              for s in (config.text_seeds if config.text else ())]
-    points += [{"kind": "vision", "task": t, "seed": s, "config": conf, "cache": cache}
-               for t in config.tasks for s in config.seeds]
-    df = run_sweep(benchmark_point, points, store=store, workers=workers, scheduler=scheduler, desc="transfer benchmark")
-    df = df.drop(columns=[c for c in ("kind", "config", "cache") if c in df.columns])
-    df.attrs["pretraining"] = pre.drop(columns=["cache"]).to_dict(orient="records")
-    return df
-
-
-def benchmark_point(kind: str, task: str, seed: int, config: dict, cache: str | None = None) -> list[dict]:
-    """One sweep point: :func:`vision_point` (``kind="vision"``) or :func:`text_point` (``kind="text"``)."""
-    check_choice("kind", kind, ("vision", "text"))
-    return vision_point(task, seed, config, cache) if kind == "vision" else text_point(seed, config)
+def benchmark_point(kind: str, pair: str, task: str, seed: int, config: dict, cache: str | None = None) -> list[dict]:
+    """One sweep point (see the module docstring)."""
+    check_choice("kind", kind, ("vision", "text", "family"))
+    if kind == "vision":
+        return vision_point(task, seed, config)
+    if kind == "text":
+        return text_point(pair, task, seed, config)
+    return family_point(task, seed, config, cache)
 
 
 def pretrain_point(name: str, cache: str | None = None) -> dict:
-    """Build (or read) one base of the family; its metrics (a sweep point)."""
+    """Build (or read) one base of the controlled family; its metrics (a sweep point)."""
     import torch
 
     from ftlab.experiments.transfer_accuracy.family import load_base
@@ -303,3 +551,57 @@ def pretrain_point(name: str, cache: str | None = None) -> dict:
     torch.set_num_threads(1)
     _, metrics = load_base(name, cache=cache)
     return {"base": name, **metrics}
+
+
+def available_text_pairs(pairs: Sequence[str]) -> list[str]:
+    """The text pairs whose weights are installed (all-mpnet-base-v2 is optional: ``make data-full``)."""
+    from ftlab.data import DatasetMissing
+    from ftlab.data.weights import mpnet_part_paths
+
+    out = []
+    for p in pairs:
+        if "mpnet" in p:
+            try:
+                mpnet_part_paths()
+            except DatasetMissing as exc:
+                log.warning("%s skipped: %s", p, exc)
+                continue
+        out.append(p)
+    return out
+
+
+def run_benchmark(config: BenchmarkConfig, *, store=None, cache=None, workers: int | None = None, scheduler=None):
+    """Build (or read) the controlled bases, then run every point; return the tidy DataFrame of all records.
+
+    store : JSON-lines file of finished points (a rerun resumes); cache : the base-model cache folder;
+    workers / scheduler : see :func:`ftlab.core.sweep.run_sweep`. Text pairs whose weights are not installed
+    are left out (``df.attrs["skipped_pairs"]``).
+    """
+    from ftlab.core.sweep import grid, run_sweep
+    from ftlab.experiments.transfer_accuracy.family import FAMILY, SETTINGS
+
+    cache = None if cache is None else str(cache)
+    names = sorted({n for s in config.family_settings for n in SETTINGS[s]})
+    names = sorted(set(names) | {FAMILY[n].parent for n in names if FAMILY[n].parent is not None})  # type: ignore[misc]
+    pre = None
+    if names:
+        pre_store = None if store is None else str(store) + ".pretrain.jsonl"
+        roots = [n for n in names if FAMILY[n].parent is None]
+        pre = run_sweep(pretrain_point, grid(name=roots, cache=[cache]), store=pre_store, workers=workers,
+                        scheduler=scheduler, desc="pretrain bases")
+        derived = [n for n in names if FAMILY[n].parent is not None]
+        if derived:
+            more = run_sweep(pretrain_point, grid(name=derived, cache=[cache]), store=pre_store, workers=workers,
+                             scheduler=scheduler, desc="derive bases")
+            import pandas as pd
+
+            pre = pd.concat([pre, more], ignore_index=True)
+    text_ok = available_text_pairs(config.text_pairs)
+    points = config.points(text_available=text_ok)
+    for p in points:
+        p["cache"] = cache
+    df = run_sweep(benchmark_point, points, store=store, workers=workers, scheduler=scheduler, desc="transfer benchmark")
+    df = df.drop(columns=[c for c in ("kind", "config", "cache", "pair") if c in df.columns])
+    df.attrs["pretraining"] = [] if pre is None else pre.drop(columns=["cache"]).to_dict(orient="records")
+    df.attrs["skipped_pairs"] = [p for p in config.text_pairs if p not in text_ok]
+    return df
