@@ -18,7 +18,7 @@ from ftlab.dln import metrics as dln_metrics
 def _run(*args):
     res = CliRunner().invoke(cli, ["theory", *args], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    return res.output
+    return res.stdout  # stage lines go to stderr
 
 
 def test_metrics_json_records_agree_with_the_api():
