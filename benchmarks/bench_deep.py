@@ -1,15 +1,17 @@
-"""Benchmark: the quick ``deep`` reproduction's wall time, and side-by-side costs behind it.
+"""Benchmark: wall times of the ``deep`` reproduction, and the speed choices behind its protocol.
 
-* ``--report DIR``: read the wall time of a finished ``ftlab reproduce deep --out DIR`` run from
-  ``DIR/sections/deep.md`` and its number of pretraining / fine-tuning runs from the tables (the
-  target: quick run < 15 min on 2 cores). The reproduction itself is not rerun here.
-* Side by side in one process, one thread: a ResNet-18 (width 8, batch 64, 28x28) training step in
-  float32 vs bfloat16 autocast (bf16 is optional in ftlab, never required), and per-layer geometry
-  of 256 x 6272 activations computed one-shot (Gram space) vs streamed in float64 feature space
-  (:class:`ftlab.core.geometry.GeometryAccumulator`, 4 batches) on a 784-feature layer.
+* ``--report DIR`` / ``--full-report DIR``: read the wall time of a finished ``ftlab reproduce deep``
+  (quick) / ``ftlab reproduce deep --full`` run from ``DIR/sections/deep.md`` and count its runs
+  from the tables (targets: quick run a few minutes, full run about 2 hours on 2 cores). The
+  reproduction itself is not rerun here.
+* Side by side in one process, one thread: a training step (batch 64) of both vision architectures at
+  the protocol's size (width 8, 14x14 inputs) against 28x28 inputs and width 16 (why the protocol
+  downsamples), and bf16 autocast / channels-last, each tried in a subprocess because they crash
+  (segfault) in torch 2.13.0+cpu on CPUs without AVX-512; the cost of :func:`ftlab.deep.rebalance_`
+  (torch.fx trace and least-squares solve) on a ResNet-18.
 
-Run: ``.venv/bin/python benchmarks/bench_deep.py --report /tmp/rep_deep`` (about a minute).
-Results go to docs/benchmarks.md (section ``deep``).
+Run: ``.venv/bin/python benchmarks/bench_deep.py --report /tmp/rep --full-report /tmp/rep-full``
+(about a minute without the reports' runs). Results go to docs/benchmarks.md (section ``deep``).
 """
 
 from __future__ import annotations
@@ -17,52 +19,51 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import timeit, write_section  # noqa: E402
-from ftlab.core.geometry import GeometryAccumulator, ensd, linear_cka, participation_ratio  # noqa: E402
+from ftlab.deep import rebalance_  # noqa: E402
+from ftlab.models.cnn import nf_resnet18  # noqa: E402
 from ftlab.models.resnet import resnet18  # noqa: E402
 
+_STEP = """
+import sys, time, torch
+from ftlab.models.cnn import nf_resnet18
+from ftlab.models.resnet import resnet18
+torch.set_num_threads(1)
+arch, width, hw, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+build = resnet18 if arch == "resnet18" else nf_resnet18
+model = build(num_classes=10, width=width, in_channels=1, seed=0)
+X, y = torch.randn(64, 1, hw, hw), torch.randint(0, 10, (64,))
+if mode == "channels_last":
+    model, X = model.to(memory_format=torch.channels_last), X.contiguous(memory_format=torch.channels_last)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+def step():
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+        loss = torch.nn.functional.cross_entropy(model(X), y)
+    loss.backward()
+    opt.step()
+step()
+best = float("inf")
+for _ in range(5):
+    t = time.perf_counter(); step(); best = min(best, time.perf_counter() - t)
+print(best)
+"""
 
-def train_step_times(width: int = 8, batch: int = 64) -> dict:
-    torch.manual_seed(0)
-    X, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    out = {}
-    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
-        model = resnet18(width=width, in_channels=1, seed=0)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-        def step(model=model, opt=opt, dtype=dtype):
-            opt.zero_grad()
-            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-                loss = torch.nn.functional.cross_entropy(model(X), y)
-            loss.backward()
-            opt.step()
-
-        step()
-        out[name] = timeit(step, repeat=5)
-    return out
-
-
-def geometry_times() -> dict:
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((256, 6272)), rng.standard_normal((256, 6272))
-    one = timeit(lambda: (participation_ratio(A), ensd(A, B), linear_cka(A, B)), repeat=3)
-    a, b = rng.standard_normal((1024, 784)), rng.standard_normal((1024, 784))
-
-    def streamed():
-        acc = GeometryAccumulator()
-        for i in range(0, 1024, 256):
-            acc.update(a[i:i + 256], b[i:i + 256])
-        return acc.participation_ratio(), acc.ensd(), acc.linear_cka()
-
-    return {"one_shot_6272": one, "streamed_784": timeit(streamed, repeat=3),
-            "one_shot_784": timeit(lambda: (participation_ratio(a), ensd(a, b), linear_cka(a, b)), repeat=3)}
+def step_time(arch: str, width: int, hw: int, mode: str = "fp32") -> str:
+    """Best of 5 training steps (batch 64) in a fresh subprocess: ``"123 ms"`` or why it failed."""
+    r = subprocess.run([sys.executable, "-c", _STEP, arch, str(width), str(hw), mode], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode != 0:
+        return f"crashed (exit {r.returncode}{', segfault' if r.returncode in (-11, 139) else ''})"
+    return f"{float(r.stdout.strip().splitlines()[-1]) * 1e3:.0f} ms"
 
 
 def report_wall(folder: Path) -> tuple[str, str]:
@@ -74,33 +75,41 @@ def report_wall(folder: Path) -> tuple[str, str]:
 
     d = folder / "deep"
     counts = ", ".join(f"{len(pd.read_csv(d / f))} {f[:-4].replace('_', ' ')} runs"
-                       for f in ("resnet_pt.csv", "resnet_ft.csv", "modular_pt.csv", "modular_ft.csv") if (d / f).exists())
-    return f"{m.group(1)} run: **{int(m.group(2))} s** ({int(m.group(2)) / 60:.1f} min; target < 15 min)", counts
+                       for f in ("vision_pt_tune.csv", "vision_pt.csv", "vision_ft_tune.csv", "vision_ft.csv",
+                                 "modular_pt_tune.csv", "modular_pt.csv", "modular_ft_tune.csv", "modular_ft.csv")
+                       if (d / f).exists())
+    s = int(m.group(2))
+    return f"{m.group(1)} run: **{s} s** ({s / 60:.1f} min)", counts
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", type=Path, default=None, help="folder of a finished `ftlab reproduce deep` run")
-    ap.add_argument("--note", default="", help="conditions of that run (e.g. machine load), printed after its time")
+    ap.add_argument("--full-report", type=Path, default=None, help="folder of a finished `--full` run")
+    ap.add_argument("--note", default="", help="conditions of those runs (machine load, date), printed after them")
     args = ap.parse_args()
     torch.set_num_threads(1)
     lines = ["### Deep networks (`ftlab reproduce deep`)", ""]
-    if args.report is not None:
-        wall, counts = report_wall(args.report)
-        note = f" {args.note.strip()}" if args.note.strip() else ""
-        lines += [f"Quick reproduction (`ftlab reproduce deep`, 2 worker processes): {wall}; {counts}.{note}", ""]
-    t = train_step_times()
-    g = geometry_times()
-    lines += [
-        "| measured side by side (1 thread) | time | ratio |",
-        "|---|---|---|",
-        f"| ResNet-18 w8 train step, batch 64, fp32 | {t['fp32'] * 1e3:.0f} ms | 1.00 |",
-        f"| same, bf16 autocast (optional) | {t['bf16'] * 1e3:.0f} ms | {t['bf16'] / t['fp32']:.2f} |",
-        f"| PR + ENSD + CKA, 256 x 6272, one-shot (Gram space) | {g['one_shot_6272'] * 1e3:.0f} ms | |",
-        f"| PR + ENSD + CKA, 1024 x 784, one-shot | {g['one_shot_784'] * 1e3:.0f} ms | 1.00 |",
-        f"| same, streamed in 4 batches (feature space, float64) | {g['streamed_784'] * 1e3:.0f} ms | "
-        f"{g['streamed_784'] / g['one_shot_784']:.2f} |",
-    ]
+    for label, folder in (("Quick reproduction (`ftlab reproduce deep`, 2 worker processes)", args.report),
+                          ("Full run (`ftlab reproduce deep --full`, 2 worker processes)", args.full_report)):
+        if folder is not None:
+            wall, counts = report_wall(folder)
+            lines += [f"{label}: {wall}; {counts}.", ""]
+    if args.note.strip():
+        lines += [args.note.strip(), ""]
+    rows = [("resnet18", 8, 14, "fp32"), ("nf_resnet18", 8, 14, "fp32"), ("resnet18", 8, 28, "fp32"),
+            ("resnet18", 16, 14, "fp32"), ("resnet18", 8, 14, "bf16"), ("resnet18", 8, 14, "channels_last"),
+            ("resnet18", 4, 28, "bf16")]
+    lines += ["| training step, batch 64, 1 thread | time |", "|---|---|"]
+    for arch, width, hw, mode in rows:
+        note = " (the protocol's size)" if (width, hw, mode) == (8, 14, "fp32") else ""
+        lines.append(f"| {arch} width {width}, {hw}x{hw}, {mode}{note} | {step_time(arch, width, hw, mode)} |")
+    bn = resnet18(width=8, in_channels=1, num_classes=10, seed=0)
+    nf = nf_resnet18(width=8, in_channels=1, num_classes=10, seed=0)
+    t_bn = timeit(lambda: rebalance_(bn, 1.0, normalization="absorb"), repeat=3)
+    t_nf = timeit(lambda: rebalance_(nf, 1.0), repeat=3)
+    lines += [f"| `rebalance_` (trace, solve, apply) on the BatchNorm / normalization-free ResNet-18 | "
+              f"{t_bn * 1e3:.0f} / {t_nf * 1e3:.0f} ms |"]
     print("\n".join(lines))
     write_section("deep", "\n".join(lines))
 

@@ -44,6 +44,28 @@ def test_plain_chain_gets_the_target_profile_exactly(kappa):
     assert rec.residual < 1e-12 and all(math.isnan(u.lr_factor) for u in rec.units)
 
 
+@pytest.mark.parametrize("scale", [0.25, 4.0])
+def test_scale_multiplies_the_function_exactly(scale):
+    torch.manual_seed(3)
+    net = _Branchy().double()
+    X = torch.randn(5, 2, 8, 8, dtype=torch.float64)
+    with torch.no_grad():
+        before = net(X).clone()
+    rec = rebalance_(net, scale=scale)
+    with torch.no_grad():
+        torch.testing.assert_close(net(X), scale * before, rtol=1e-12, atol=1e-12)
+    assert rec.scale == scale and rec.residual < 1e-12
+    chain = _mlp(bias=True)
+    Y = torch.randn(4, 6, dtype=torch.float64)
+    with torch.no_grad():
+        before = chain(Y).clone()
+    rec = rebalance_(chain, 2.0, scale=scale)  # both at once: kappa profile and output scale
+    with torch.no_grad():
+        torch.testing.assert_close(chain(Y), scale * before, rtol=1e-12, atol=1e-12)
+    assert [u.factor for u in rec.units] == pytest.approx(
+        [2.0 ** (1 - 2 * d) * scale ** 0.25 for d in (0, 1 / 3, 2 / 3, 1)], rel=1e-12)
+
+
 def test_biases_scale_with_the_cumulative_factor():
     net = _mlp(bias=True)
     b0 = [net[i].bias.detach().clone() for i in (0, 2, 4, 6)]
@@ -223,5 +245,7 @@ def test_attention_is_refused_and_kappa_is_validated():
     assert "MultiheadAttention" in _one_line(exc)
     with pytest.raises(ValueError, match="kappa"):
         rebalance_(_mlp(False), 0.0)
+    with pytest.raises(ValueError, match="scale"):
+        rebalance_(_mlp(False), scale=-1.0)
     with pytest.raises(ValueError, match="normalization"):
         rebalance_(_mlp(False), 0.5, normalization="ignore")  # type: ignore[arg-type]

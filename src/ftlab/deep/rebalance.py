@@ -8,6 +8,10 @@ arXiv 1806.00900; Kunin et al. 2024, arXiv 2406.06158). :func:`rebalance_` moves
 the early layers to the late ones (``kappa < 1``) or back (``kappa > 1``) along such factors -- the
 deep-network analogue of the relative scale lambda of the diagonal-network theory (Anguita et al.
 2026, arXiv 2602.20062), applied either at initialization (as lambda_PT) or to a trained network.
+With ``scale != 1`` it multiplies the network's output by ``scale`` exactly instead of keeping it,
+spreading the factor over the layers: ftlab's analogue of the absolute scale c_PT for a network
+without normalization, where multiplying every layer by ``s`` would multiply the output by
+``s^depth`` (``s^26`` along the deepest path of a ResNet-18).
 
 How the factors are found (ftlab's construction)
 ------------------------------------------------
@@ -18,14 +22,15 @@ tensor in the graph is then a linear function of ``u``: a unit adds its ``u_j``,
 homogeneous operations (ReLU, LeakyReLU, PReLU, pooling, reshapes, indexing, dropout) keep it, a
 product of two tensors adds their scales. Function preservation is a set of linear constraints:
 both operands of a sum (a residual connection) and all inputs of a concatenation have the same
-scale, and every output has scale 0. Each unit's *target* is ``log(kappa) * (1 - 2 d_j)``, with
-``d_j`` in [0, 1] its depth fraction (longest path of weighted units from the input, first unit 0,
-deepest unit -- the readout -- 1), so the first layer is multiplied by ``kappa`` and the readout by
-``1/kappa``; the applied log-factors are the target's least-squares projection onto the constraints
-(closest to the target in the Euclidean norm of the log-factors). In a plain chain that *is* the
-target (its log-factors already sum to 0); in a residual network, each identity block's branch
-factors multiply to 1 and the scale of the residual stream changes only at the stem, the projection
-shortcuts and the readout.
+scale, and every output has scale ``log(scale)`` (0: the function is preserved). Each unit's
+*target* is ``log(kappa) * (1 - 2 d_j) + log(scale) / D``, with ``d_j`` in [0, 1] its depth fraction
+(longest path of weighted units from the input, first unit 0, deepest unit -- the readout -- 1) and
+``D`` the number of units on the deepest path, so the first layer is multiplied by ``kappa`` and the
+readout by ``1/kappa``; the applied log-factors are the target's least-squares projection onto the
+constraints (closest to the target in the Euclidean norm of the log-factors). In a plain chain that
+*is* the target (its log-factors already sum to ``log(scale)``); in a residual network, each identity
+block's branch factors multiply to 1 and the scale of the residual stream changes only at the stem,
+the projection shortcuts and the readout.
 
 Biases are not a problem: a bias is scaled by the cumulative factor of its unit's output (``b ->
 f_1 ... f_j b``), which keeps the function exact for ReLU networks, so networks with biases are
@@ -123,11 +128,12 @@ class UnitFactor:
 
 @dataclass(frozen=True)
 class RebalanceRecord:
-    """What :func:`rebalance_` did: kappa, the normalization mode, one :class:`UnitFactor` per weighted
-    unit (forward order), and ``residual``, the largest violation of the function-preservation
-    constraints by the applied log-factors (float64 rounding, ~1e-15)."""
+    """What :func:`rebalance_` did: kappa, the output scale, the normalization mode, one
+    :class:`UnitFactor` per weighted unit (forward order), and ``residual``, the largest violation of
+    the constraints by the applied log-factors (float64 rounding, ~1e-15)."""
 
     kappa: float
+    scale: float
     normalization: str
     units: tuple[UnitFactor, ...]
     residual: float
@@ -171,7 +177,8 @@ class _Analysis:
         self.vec: dict[fx.Node, Vec] = {}
         self.depth: dict[fx.Node, int] = {}
         self.kind: dict[fx.Node, str] = {}  # "tensor", "shape" (non-tensor), "param", "buffer", "const"
-        self.constraints: list[Vec] = []
+        self.constraints: list[Vec] = []  # linear forms that must vanish
+        self.outputs: list[Vec] = []  # linear forms that must equal log(scale)
         self.bias_like: list[tuple[str, Vec]] = []
         self.norm_inputs: list[tuple[str, Vec]] = []
         self.normalized: set[int] = set()
@@ -249,8 +256,7 @@ class _Analysis:
                 if not outs:
                     raise ValueError(f"{type(self.model).__name__} returns no tensor: nothing to rebalance")
                 for o in outs:
-                    if self.vec[o]:
-                        self.constraints.append(dict(self.vec[o]))
+                    self.outputs.append(dict(self.vec[o]))
 
     def _module(self, node: fx.Node) -> None:
         name = str(node.target)
@@ -371,15 +377,18 @@ def _trace(model: nn.Module) -> fx.GraphModule:
                          "model without data-dependent control flow") from None
 
 
-def rebalance_(model: nn.Module, kappa: float, *, normalization: Normalization = "refuse") -> RebalanceRecord:
-    """Move weight norm between early and late layers without changing the function (in place).
+def rebalance_(model: nn.Module, kappa: float = 1.0, *, scale: float = 1.0,
+               normalization: Normalization = "refuse") -> RebalanceRecord:
+    """Move weight norm between early and late layers (in place) keeping the function, or scaling it.
 
     Every weighted unit ``j`` is multiplied by ``exp(u_j)``, where ``u`` is the least-squares
-    projection of the target ``log(kappa) * (1 - 2 d_j)`` (``d_j`` = depth fraction, 0 for the first
-    layer, 1 for the deepest, the readout) onto the factors whose product along every input-to-output
-    path is 1; biases and hand-added bias parameters are multiplied by the cumulative factor of the
-    tensor they are added to. ``kappa < 1`` makes the early layers smaller and the readout larger
-    (the analogue of lambda_PT < 0); ``kappa = 1`` changes nothing.
+    projection of the target ``log(kappa) * (1 - 2 d_j) + log(scale) / D`` (``d_j`` = depth fraction,
+    0 for the first layer, 1 for the deepest, the readout; ``D`` = units on the deepest path) onto the
+    factors whose product along every input-to-output path is ``scale``; biases and hand-added bias
+    parameters are multiplied by the cumulative factor of the tensor they are added to. So the new
+    network computes ``scale * f(x)`` exactly (``f(x)`` for the default ``scale=1``). ``kappa < 1``
+    makes the early layers smaller and the readout larger (the analogue of lambda_PT < 0);
+    ``kappa = scale = 1`` changes nothing.
 
     normalization : ``"refuse"`` (default) raises ``ValueError`` on any normalization layer;
         ``"absorb"`` treats it as resetting the scale (see the module docs): the function is kept up
@@ -387,9 +396,10 @@ def rebalance_(model: nn.Module, kappa: float, *, normalization: Normalization =
         scale-invariant unit's effective learning-rate factor ``1/f^2``.
 
     Returns a :class:`RebalanceRecord`. Raises a one-line ``ValueError`` for networks whose function
-    no rescale preserves (see the module docs for the list) and for ``kappa <= 0``.
+    no rescale preserves (see the module docs for the list) and for ``kappa <= 0`` or ``scale <= 0``.
     """
     check_positive("kappa", kappa)
+    check_positive("scale", scale)
     check_choice("normalization", normalization, ("refuse", "absorb"))
     gm = _trace(model)
     an = _Analysis(model, gm, normalization)
@@ -412,23 +422,26 @@ def rebalance_(model: nn.Module, kappa: float, *, normalization: Normalization =
     if deepest < 2:
         raise ValueError(f"{type(model).__name__} has a single weighted layer on every path: a rebalance needs at "
                          "least two")
+    if scale != 1.0 and any(not o for o in an.outputs):
+        raise ValueError(f"an output of {type(model).__name__} depends on no weighted layer (e.g. after a "
+                         "normalization): its scale cannot be changed")
     d = np.array([(u.depth - 1) / (deepest - 1) for u in an.units])
-    target = math.log(kappa) * (1.0 - 2.0 * d)
-    C = np.zeros((len(an.constraints), U))
-    for i, row in enumerate(an.constraints):
+    target = math.log(kappa) * (1.0 - 2.0 * d) + math.log(scale) / deepest
+    rows = an.constraints + [o for o in an.outputs if o]
+    rhs = np.array([0.0] * len(an.constraints) + [math.log(scale)] * (len(rows) - len(an.constraints)))
+    C = np.zeros((len(rows), U))
+    for i, row in enumerate(rows):
         for k, v in row.items():
             C[i, k] = v
-    if len(an.constraints):
-        delta = np.linalg.lstsq(C, C @ target, rcond=None)[0]
-        u_log = target - delta
-        residual = float(np.max(np.abs(C @ u_log))) if C.size else 0.0
-    else:
-        u_log, residual = target, 0.0
+    u_log, residual = target, 0.0
+    if len(rows):
+        u_log = target + np.linalg.lstsq(C, rhs - C @ target, rcond=None)[0]
+        residual = float(np.max(np.abs(C @ u_log - rhs)))
     if residual > 1e-9:
-        raise ValueError(f"rebalance_ found no exact function-preserving factors for {type(model).__name__} "
-                         f"(constraint residual {residual:.2e})")
+        raise ValueError(f"rebalance_ found no exact factors for {type(model).__name__} (constraint residual "
+                         f"{residual:.2e})")
 
-    def scale(vec: Vec) -> float:
+    def cumulative(vec: Vec) -> float:
         return math.exp(sum(v * u_log[k] for k, v in vec.items()))
 
     records = []
@@ -438,19 +451,19 @@ def rebalance_(model: nn.Module, kappa: float, *, normalization: Normalization =
             an.params[unit.weight].mul_(f)
             bf = math.nan
             if unit.bias is not None:
-                bf = scale(unit.out or {})
+                bf = cumulative(unit.out or {})
                 an.params[unit.bias].mul_(bf)
             normed = j in an.normalized
             records.append(UnitFactor(unit.name, float(d[j]), math.exp(target[j]), f, bf, normed,
                                       1.0 / (f * f) if normed else math.nan))
         for pname, vec in an.bias_like:
-            an.params[pname].mul_(scale(vec))
+            an.params[pname].mul_(cumulative(vec))
         for mname, vec in an.norm_inputs:
             mod = an.modules[mname]
-            s = scale(vec)
+            s = cumulative(vec)
             mean, var = getattr(mod, "running_mean", None), getattr(mod, "running_var", None)
             if isinstance(mean, torch.Tensor):
                 mean.mul_(s)
             if isinstance(var, torch.Tensor):
                 var.mul_(s * s)
-    return RebalanceRecord(float(kappa), normalization, tuple(records), residual)
+    return RebalanceRecord(float(kappa), float(scale), normalization, tuple(records), residual)

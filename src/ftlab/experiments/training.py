@@ -52,6 +52,9 @@ class TrainConfig:
     order : how each epoch's permutation is drawn from ``seed``: ``"numpy"``
         (``np.random.default_rng(seed)``) or ``"torch"`` (``torch.Generator().manual_seed(seed)``).
     frozen : parameter-name prefixes that are not trained (e.g. ``("head",)``).
+    stop_steps : stop after this many optimizer steps *without* changing the planned schedule (a
+        truncated run, e.g. to tune a learning rate on the first part of the real schedule);
+        ``None`` = run the whole budget.
     """
 
     optimizer: Literal["sgd", "adamw"] = "sgd"
@@ -68,6 +71,7 @@ class TrainConfig:
     drop_last: bool = False
     order: Literal["numpy", "torch"] = "numpy"
     frozen: tuple[str, ...] = ()
+    stop_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("optimizer", self.optimizer, ("sgd", "adamw"))
@@ -87,6 +91,8 @@ class TrainConfig:
         check_nonnegative("clip", self.clip)
         check_nonnegative("loss_tol", self.loss_tol)
         check_choice("order", self.order, ("numpy", "torch"))
+        if self.stop_steps is not None:
+            check_int("stop_steps", self.stop_steps, minimum=1)
         object.__setattr__(self, "frozen", tuple(self.frozen))
 
 
@@ -162,7 +168,8 @@ def train_(model: nn.Module, inputs: Inputs, labels: torch.Tensor, *, config: Tr
     if cfg.max_steps is not None:
         planned = min(planned, cfg.max_steps)
     n_planned = int(planned)
-    budget_epochs = cfg.epochs if cfg.epochs is not None else math.ceil(n_planned / per_epoch)
+    n_run = n_planned if cfg.stop_steps is None else min(n_planned, cfg.stop_steps)
+    budget_epochs = math.ceil(n_run / per_epoch) if cfg.epochs is None or n_run < n_planned else cfg.epochs
     np_rng = np.random.default_rng(seed) if cfg.order == "numpy" else None
     gen = torch.Generator().manual_seed(int(seed)) if cfg.order == "torch" else None
     steps, epochs, last, batch_loss = 0, 0, math.inf, math.nan
@@ -195,13 +202,13 @@ def train_(model: nn.Module, inputs: Inputs, labels: torch.Tensor, *, config: Tr
                     total += batch_loss * len(idx)
                     count += len(idx)
                     steps += 1
-                    if steps >= n_planned:
+                    if steps >= n_run:
                         break
                 last = total / max(count, 1)
                 if cfg.loss_tol > 0 and last < cfg.loss_tol:
                     converged = True
                     break
-                if steps >= n_planned:
+                if steps >= n_run:
                     break
     finally:
         for p, r in flags:

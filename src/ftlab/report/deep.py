@@ -14,7 +14,10 @@ import math
 
 import pandas as pd
 
+from ftlab.experiments.deep_claims.figures import FIGURES
 from ftlab.report import DataUnavailable, ReportContext
+
+__all__ = ["FIGURES", "claims_markdown", "holds", "run", "verdict_summary"]
 
 ARCH_LABEL = {"resnet18": "(a) ResNet-18 with BatchNorm", "nf_resnet18": "(b) normalization-free ResNet-18",
               "transformer": "Transformer"}

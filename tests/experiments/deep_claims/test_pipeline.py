@@ -43,7 +43,7 @@ def test_tiny_vision_and_modular_end_to_end(tmp_path):
     assert ft[ft.n_ft != proto.geometry_at]["pr_post_c:pool"].isna().all()
     elr = tabs["elr"]
     bn = elr[(elr.arch == "resnet18") & (elr.knob == "s") & (elr.value == 0.5)]
-    assert np.allclose(bn[bn.stage != "fc"].elr_factor, 1 / 0.5**2)  # scale-invariant convs: ELR x 1/s^2
+    assert np.allclose(bn[bn.stage != "fc"].elr_factor, 1 / 0.5)  # (a): params x sqrt(s); convs' ELR x 1/s
     assert elr[elr.arch == "nf_resnet18"].elr_factor.isna().all()  # no scale-invariant weights without BN
     # resumable: a second call recomputes nothing and returns the same table
     n_lines = (tmp_path / "vision_ft.jsonl").read_text().count("\n")
@@ -78,19 +78,51 @@ def test_arms_are_paired_a_null_arm_reproduces_the_baseline_exactly(tmp_path):
     cache = str(tmp_path)
     V.pretrain_point(arch="nf_resnet18", seed=3, knob="none", value=1.0, lr=0.05, protocol=pdict, cache=cache)
     kw = dict(arch="nf_resnet18", seed=3, task="heldout", n_ft=10, lr=0.05, protocol=pdict, cache=cache)
-    base = V.finetune_point(knob="none", when="-", value=1.0, **kw)
-    assert V.finetune_point(knob="gamma", when="ft", value=proto.gamma_default, **kw) == base
-    assert V.finetune_point(knob="kappa", when="post", value=1.0, **kw) == base
-    assert V.finetune_point(knob="gamma", when="ft", value=0.1, **kw) != base
+
+    def run(**arm):
+        rec = V.finetune_point(**arm, **kw)
+        rec.pop("cpu_s")
+        return rec
+
+    base = run(knob="none", when="-", value=1.0)
+    assert run(knob="gamma", when="ft", value=proto.gamma_default) == base
+    assert run(knob="kappa", when="post", value=1.0) == base
+    assert run(knob="gamma", when="ft", value=0.1) != base
 
 
-def test_pick_lr_prefers_fastest_converged_then_lowest_loss_and_skips_divergence():
-    t = pd.DataFrame({"g": ["a"] * 3 + ["b"] * 3, "lr": [0.01, 0.1, 1.0] * 2,
-                      "loss": [0.005, 0.008, math.nan, 0.3, 0.2, math.inf],
-                      "steps": [90, 40, 3, 100, 100, 5], "conv": [True, True, False, False, False, False]})
-    assert V.pick_lr(t, ["g"], loss="loss", steps="steps", converged="conv") == {("a",): 0.1, ("b",): 0.1}
-    # all diverged: the smallest rate, whose runs then record the divergence
-    assert V.pick_lr(t.assign(loss=math.nan), ["g"], loss="loss", steps="steps", converged="conv")[("a",)] == 0.01
+def test_pick_lr_prefers_fastest_healthy_and_stays_off_the_edge_of_stability():
+    t = pd.DataFrame({"g": ["a"] * 3 + ["b"] * 3 + ["c"] * 3, "lr": [0.01, 0.1, 1.0] * 3,
+                      "loss": [0.005, 0.008, math.nan, 0.3, 0.2, 0.1, 0.05, 0.04, 2.3],
+                      "steps": [90, 40, 3, 100, 100, 100, 100, 100, 100],
+                      "conv": [True, True, False] + [False] * 6})
+    got = V.pick_lr(t, ["g"], loss="loss", steps="steps", converged="conv", chance=math.log(10))
+    # a: 0.1 converged fastest, but 1.0 diverged next to it -> one step down; b: lowest loss at 1.0;
+    # c: 1.0 collapsed to chance (2.3 ~ log 10) and 0.1 has the lowest loss but sits next to it
+    assert got == {("a",): 0.01, ("b",): 1.0, ("c",): 0.01}
+    # nothing healthy: the smallest rate, whose runs then record the failure
+    assert V.pick_lr(t.assign(loss=math.nan), ["g"], loss="loss", steps="steps", converged="conv",
+                     chance=1.0)[("a",)] == 0.01
+
+
+def test_truncated_training_keeps_the_planned_schedule():
+    from ftlab.experiments.training import TrainConfig, train_
+
+    X, y = torch.randn(32, 5), torch.randint(0, 3, (32,))
+
+    def params(**cfg):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(5, 3)
+        res = train_(model, X, y, config=TrainConfig(lr=0.1, batch_size=8, **cfg), seed=1)
+        return res, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    r, a = params(epochs=10, schedule="warmup_cosine", stop_steps=6)
+    assert r.n_iter == 6 and r.epochs == 2
+    _, b = params(epochs=10, schedule="warmup_cosine", max_steps=6)  # a 6-step schedule: different rates
+    _, c = params(epochs=3, schedule="warmup_cosine", stop_steps=6)
+    assert not torch.allclose(a, b) and not torch.allclose(a, c)
+    _, d = params(epochs=10, stop_steps=6)  # constant rate: truncating = capping
+    _, e = params(epochs=10, max_steps=6)
+    assert torch.equal(d, e)
 
 
 def _planted(effects: dict, seeds=range(8), noise=0.002, geometry=None):

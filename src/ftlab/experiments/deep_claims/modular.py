@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,7 @@ def pretrain_point(*, seed: int, b_init: float | None, lr: float, protocol: dict
     from safetensors.torch import save_file
 
     torch.set_num_threads(1)
+    t0 = time.process_time()
     proto = ModularProtocol(**protocol)
     X, y = modular_data(proto.modulus, proto.modulus)
     tr, te = _split(len(y), proto.pt_frac, [seed, 11])
@@ -168,7 +170,8 @@ def pretrain_point(*, seed: int, b_init: float | None, lr: float, protocol: dict
         tmp.replace(path)
     ok = math.isfinite(res.residual)
     return {"pt_acc": accuracy(model, X[te], y[te]) if ok else math.nan, "pt_loss": res.residual,
-            "pt_steps": res.n_iter, "pt_converged": res.converged, "b_after_pt": balancedness(model) if ok else math.nan}
+            "pt_steps": res.n_iter, "pt_converged": res.converged, "b_after_pt": balancedness(model) if ok else math.nan,
+            "cpu_s": time.process_time() - t0}
 
 
 def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protocol: dict, cache: str) -> dict:
@@ -176,6 +179,7 @@ def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protoco
     from safetensors.torch import load_file
 
     torch.set_num_threads(1)
+    t0 = time.process_time()
     proto = ModularProtocol(**protocol)
     model = _model(proto, proto.modulus)
     model.load_state_dict(load_file(str(_ckpt(cache, seed, b if when == "init" else None))))
@@ -189,7 +193,7 @@ def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protoco
     res = train_(model, X[tr], y[tr], config=_cfg(proto, lr, proto.ft_steps), seed=seed)
     ok = math.isfinite(res.residual)
     return {"acc": accuracy(model, X[te], y[te]) if ok else math.nan, "ft_loss": res.residual, "ft_steps": res.n_iter,
-            "ft_converged": res.converged, "b_pt_end": b_pt, "b_ft_start": b_start}
+            "ft_converged": res.converged, "b_pt_end": b_pt, "b_ft_start": b_start, "cpu_s": time.process_time() - t0}
 
 
 def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=None,
@@ -219,11 +223,19 @@ def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=N
         [float(b) for b in grid.balancedness] if "init" in grid.whens else [])
     pts = [dict(seed=proto.tune_seed, b_init=b, lr=lr, protocol=pdict, cache=cache, save=False)
            for b in b_inits for lr in proto.lrs]
-    pt_tune = sweep(pretrain_point, pts, "modular_pt_tune", "deep: tune modular PT learning rates")
-    pt_tune["b_key"] = pt_tune.b_init.map(lambda v: "none" if v is None or v != v else f"{v:g}")
-    pt_lr = pick_lr(pt_tune, ["b_key"], loss="pt_loss", steps="pt_steps", converged="pt_converged")
+
     def key(b: float | None) -> tuple[str]:
-        return ("none" if b is None else f"{b:g}",)
+        return ("none" if b is None or b != b else f"{b:g}",)
+
+    if len(proto.lrs) > 1:
+        pt_tune = sweep(pretrain_point, pts, "modular_pt_tune", "deep: tune modular PT learning rates")
+        pt_tune["b_key"] = [key(b)[0] for b in pt_tune.b_init]
+        pt_lr = pick_lr(pt_tune, ["b_key"], loss="pt_loss", steps="pt_steps", converged="pt_converged",
+                        chance=math.log(proto.modulus))
+        pt_tune = pt_tune.drop(columns=["b_key"])
+    else:  # a single rate: nothing to tune
+        pt_tune = pd.DataFrame()
+        pt_lr = {key(b): proto.lrs[0] for b in b_inits}
 
     pts = [dict(seed=s, b_init=b, lr=pt_lr[key(b)], protocol=pdict, cache=cache)
            for s in (proto.tune_seed, *grid.seeds) for b in b_inits]
@@ -231,10 +243,15 @@ def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=N
     arms = [(w, float(b)) for w in grid.whens for b in grid.balancedness]
     pts = [dict(seed=proto.tune_seed, p=proto.tune_p, when=w, b=b, lr=lr, protocol=pdict, cache=cache)
            for w, b in arms for lr in proto.lrs]
-    ft_tune = sweep(finetune_point, pts, "modular_ft_tune", "deep: tune modular FT learning rates")
-    ft_lr = pick_lr(ft_tune, ["when", "b"], loss="ft_loss", steps="ft_steps", converged="ft_converged")
+    if len(proto.lrs) > 1:
+        ft_tune = sweep(finetune_point, pts, "modular_ft_tune", "deep: tune modular FT learning rates")
+        ft_lr = pick_lr(ft_tune, ["when", "b"], loss="ft_loss", steps="ft_steps", converged="ft_converged",
+                        chance=math.log(proto.tune_p))
+    else:
+        ft_tune = pd.DataFrame()
+        ft_lr = {(w, b): proto.lrs[0] for w, b in arms}
     pts = [dict(seed=s, p=p, when=w, b=b, lr=ft_lr[(w, b)], protocol=pdict, cache=cache)
            for s in grid.seeds for p in (*grid.reuse, *grid.new) for w, b in arms]
     ft = sweep(finetune_point, pts, "modular_ft", "deep: modular fine-tune")
     ft["kind"] = [task_kind(proto.modulus, int(p)) for p in ft.p]
-    return {"pt_tune": pt_tune.drop(columns=["b_key"]), "pt": pt, "ft_tune": ft_tune, "ft": ft}
+    return {"pt_tune": pt_tune, "pt": pt, "ft_tune": ft_tune, "ft": ft}

@@ -11,7 +11,8 @@ option of :class:`VisionProtocol` / :class:`VisionGrid`, documented in docs/deep
   the analogue of lambda_PT) and as a function-preserving rebalance of the pretrained network
   (``when="post"``), both by :func:`ftlab.deep.rebalance_` (``normalization="absorb"`` for the
   BatchNorm network, where it only changes effective learning rates); absolute scale ``s`` at
-  pretraining initialization (:func:`ftlab.deep.absolute_scale_`, the analogue of c_PT); readout
+  pretraining initialization (the analogue of c_PT: the initialized network's output is multiplied by
+  about ``s``; see :func:`_absolute_`); readout
   scale ``gamma`` of the fresh readout at the start of fine-tuning (``when="ft"``,
   :func:`ftlab.deep.reinit_readout_`, the analogue of gamma_FT), ``gamma_default`` otherwise.
 * **Pretraining**: ``n_pt`` class-balanced Fashion-MNIST images of the 8 pretraining classes,
@@ -23,8 +24,11 @@ option of :class:`VisionProtocol` / :class:`VisionGrid`, documented in docs/deep
   statistics are then recomputed on the fine-tuning images (``resnet18``).
 * **Learning rates**: for every (architecture, pretraining arm) and every (architecture,
   fine-tuning arm), the rate is chosen from a small grid (``pt_lrs``, ``ft_lrs``) on a tuning seed
-  that is not an evaluation seed: the rate that reaches the loss target in the fewest steps, else
-  the lowest final training loss; diverged runs are never chosen. Every tuning run is recorded.
+  that is not an evaluation seed (:func:`pick_lr`): the healthy rate that reaches the loss target
+  in the fewest steps, else the lowest final training loss, one grid step lower when the next
+  larger rate diverged or collapsed. A pretraining tuning run is the first ``pt_tune_epochs``
+  epochs of the real schedule; a fine-tuning one the real recipe at ``ft_tune_n`` images of
+  ``ft_tune_task``. Every tuning run is recorded.
 * **Pairing**: for a seed, every arm sees the same class split, pretraining images and batch
   order, fine-tuning images, readout draw (up to its scale) and batch order.
 * **Measures**: test accuracy on ``n_test`` test images of the task; the reached training loss of
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,13 +73,13 @@ class VisionProtocol:
     width: int = 8
     downsample: int = 2
     n_pt: int = 1200
-    pt_epochs: int = 40
+    pt_epochs: int = 50
     pt_batch: int = 128
-    pt_lrs: tuple[float, ...] = (0.05, 0.1, 0.2)
+    pt_lrs: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
     pt_tune_epochs: int = 12
     ft_batch: int = 64
     ft_max_steps: int = 300
-    ft_lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+    ft_lrs: tuple[float, ...] = (0.003, 0.01, 0.03, 0.1)
     ft_tune_task: str = "mnist"
     ft_tune_n: int = 100
     momentum: float = 0.9
@@ -115,8 +120,8 @@ class VisionGrid:
     seeds: tuple[int, ...] = (0, 1)
     tasks: tuple[str, ...] = FT_TASKS
     n_ft: tuple[int, ...] = (10, 30, 100, 300)
-    kappa: tuple[float, ...] = (0.5, 2.0)
-    s: tuple[float, ...] = (0.5, 2.0)
+    kappa: tuple[float, ...] = (0.25, 4.0)
+    s: tuple[float, ...] = (0.25, 4.0)
     gamma: tuple[float, ...] = (0.03, 0.1, 0.3, 3.0, 10.0)
     knob_n_ft: tuple[int, ...] | None = None
 
@@ -133,9 +138,9 @@ class VisionGrid:
             raise ValueError("seeds is empty: give at least one seed")
 
 
-QUICK = (VisionProtocol(n_pt=600, pt_epochs=30, pt_lrs=(0.1,), ft_lrs=(0.03,), ft_max_steps=150, n_test=500,
-                        n_geometry=128, geometry_at=30),
-         VisionGrid(seeds=(0, 1), n_ft=(10, 30, 100), kappa=(0.5,), s=(0.5,), gamma=(0.1, 10.0)))
+QUICK = (VisionProtocol(n_pt=500, pt_epochs=30, pt_lrs=(0.05,), ft_lrs=(0.03,), ft_max_steps=150, n_test=500,
+                        n_geometry=128, geometry_at=100),
+         VisionGrid(seeds=(0, 1), n_ft=(10, 100), kappa=(0.25,), s=(0.25,), gamma=(0.1,)))
 FULL = (VisionProtocol(),
         VisionGrid(seeds=tuple(range(8)), knob_n_ft=(30, 100)))
 
@@ -171,16 +176,29 @@ def _normalization(arch: str) -> str:
     return "absorb" if arch == "resnet18" else "refuse"
 
 
+def _absolute_(model: torch.nn.Module, arch: str, s: float) -> None:
+    """Absolute scale s: the initialized network's output becomes about ``s`` times larger. (b): exactly,
+    by :func:`rebalance_` with ``scale=s`` (factors spread over the layers); (a): every parameter times
+    ``sqrt(s)`` (Lippl & Lindsey's weight rescaling; BatchNorm passes ``sqrt(s)`` to the stream and the
+    readout adds another, so the logits scale by ``s`` up to the readout bias)."""
+    if arch == "resnet18":
+        absolute_scale_(model, math.sqrt(s))
+    else:
+        rebalance_(model, 1.0, scale=s)
+
+
 def _ckpt(cache: str, arch: str, seed: int, arm: Arm) -> Path:
     knob, when, value = arm
     return Path(cache) / f"pt_{arch}_seed{seed}_{knob}{value:g}.safetensors"
 
 
-def _fit(model, X, y, *, lr: float, proto: VisionProtocol, seed: int, stage: str, n_epochs: int | None = None,
+def _fit(model, X, y, *, lr: float, proto: VisionProtocol, seed: int, stage: str, tune: bool = False,
          max_steps: int | None = None) -> TrainResult:
-    if stage == "pt":
-        cfg = TrainConfig(lr=lr, momentum=proto.momentum, batch_size=proto.pt_batch, epochs=n_epochs,
-                          schedule="warmup_cosine", loss_tol=proto.loss_target, drop_last=True)
+    if stage == "pt":  # a tuning run is the first pt_tune_epochs of the real schedule
+        n = int(y.shape[0])
+        stop = proto.pt_tune_epochs * (n // min(proto.pt_batch, n)) if tune else None
+        cfg = TrainConfig(lr=lr, momentum=proto.momentum, batch_size=proto.pt_batch, epochs=proto.pt_epochs,
+                          schedule="warmup_cosine", loss_tol=proto.loss_target, drop_last=True, stop_steps=stop)
     else:
         cfg = TrainConfig(lr=lr, momentum=proto.momentum, batch_size=min(proto.ft_batch, int(y.shape[0])),
                           max_steps=max_steps, loss_tol=proto.loss_target)
@@ -195,6 +213,7 @@ def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, 
     from safetensors.torch import save_file
 
     torch.set_num_threads(1)
+    t0 = time.process_time()
     proto = VisionProtocol(**protocol)
     x, y, k = pt_pool("train", seed)
     idx = balanced_subset(y, proto.n_pt, seed=[seed, 1])
@@ -203,9 +222,8 @@ def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, 
     if knob == "kappa":
         rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
     elif knob == "s":
-        absolute_scale_(model, value)
-    res = _fit(model, X, Y, lr=lr, proto=proto, seed=seed, stage="pt",
-               n_epochs=proto.pt_tune_epochs if tune else proto.pt_epochs)
+        _absolute_(model, arch, value)
+    res = _fit(model, X, Y, lr=lr, proto=proto, seed=seed, stage="pt", tune=tune)
     xt, yt, _ = pt_pool("test", seed)
     ti = np.random.default_rng([seed, 5]).permutation(len(yt))[:proto.n_test]
     acc = accuracy(model, to_tensor(xt[ti], proto.downsample), torch.from_numpy(yt[ti])) if math.isfinite(
@@ -217,7 +235,7 @@ def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, 
         save_file({n: t.contiguous() for n, t in model.state_dict().items()}, str(tmp))
         tmp.replace(path)
     return {"pt_loss": res.residual, "pt_steps": res.n_iter, "pt_epochs": res.epochs, "pt_converged": res.converged,
-            "pt_acc": acc}
+            "pt_acc": acc, "cpu_s": time.process_time() - t0}
 
 
 def _load(arch: str, proto: VisionProtocol, cache: str, seed: int, arm: Arm, k_pt: int) -> torch.nn.Module:
@@ -234,6 +252,7 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
     re-initialize the readout (gamma), fine-tune, evaluate; optionally per-stage geometry against
     the unintervened pretrained network of the same seed."""
     torch.set_num_threads(1)
+    t0 = time.process_time()
     proto = VisionProtocol(**protocol)
     arm: Arm = (knob, when, float(value))
     k_pt = N_PT_CLASSES
@@ -250,7 +269,7 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
                max_steps=proto.ft_max_steps if max_steps is None else max_steps)
     rec: dict = {"ft_loss": res.residual, "ft_steps": res.n_iter, "ft_converged": res.converged}
     if not math.isfinite(res.residual):
-        return {**rec, "acc": math.nan}
+        return {**rec, "acc": math.nan, "cpu_s": time.process_time() - t0}
     if proto.bn_recalibrate and arch == "resnet18":
         recalibrate_batchnorm_(model, X_ft)
     xt, yt, _ = task_pool(task, "test", seed)
@@ -266,24 +285,39 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
         for row in layer_geometry(ref, model, Xg, list(proto.stages), space="samples"):
             for key in ("pr_pre", "pr_pre_c", "pr_post", "pr_post_c", "ensd", "ensd_c", "cka"):
                 rec[f"{key}:{row['layer']}"] = row[key]
+    rec["cpu_s"] = time.process_time() - t0
     return rec
 
 
-def pick_lr(tune: pd.DataFrame, keys: list[str], *, loss: str, steps: str, converged: str) -> dict[tuple, float]:
-    """The chosen learning rate per group of ``keys`` of a tuning table: among finite runs, the one
-    that converged in the fewest steps, else the lowest final loss (ties: the smaller rate). When
-    every rate diverged, the smallest one is returned (its runs then record the divergence: an
-    infinite loss and a missing accuracy, never a silent success)."""
+def pick_lr(tune: pd.DataFrame, keys: list[str], *, loss: str, steps: str, converged: str,
+            chance: float | dict[tuple, float]) -> dict[tuple, float]:
+    """The chosen learning rate per group of ``keys`` of a tuning table.
+
+    A run is *healthy* if its final loss is finite and below half the ``chance`` loss (``log k`` of
+    a uniform prediction; a scalar or one per group): diverged and collapsed (dead-ReLU) runs are
+    not. Among healthy runs: the one that reached the loss target in the fewest steps, else the
+    lowest final loss (ties: the smaller rate). If the next larger rate of the grid was not healthy,
+    the next smaller healthy rate is taken instead (never a rate at the edge of stability: another
+    seed or a longer run may cross it). When no rate is healthy, the smallest is returned (its runs
+    then record the failure, never a silent success)."""
     out: dict[tuple, float] = {}
     for key, g in tune.groupby(keys, sort=False):
         k = key if isinstance(key, tuple) else (key,)
-        ok = g[np.isfinite(pd.to_numeric(g[loss], errors="coerce").astype(float))]
-        if ok.empty:
-            out[k] = float(g["lr"].min())
+        ch = chance[k] if isinstance(chance, dict) else chance
+        g = g.sort_values("lr")
+        lv = pd.to_numeric(g[loss], errors="coerce").astype(float).to_numpy()
+        healthy = np.isfinite(lv) & (lv < 0.5 * ch)
+        lrs = g["lr"].astype(float).to_numpy()
+        if not healthy.any():
+            out[k] = float(lrs.min())
             continue
+        ok = g[healthy]
         conv = ok[ok[converged].astype(bool)]
-        best = conv.sort_values([steps, "lr"]).iloc[0] if len(conv) else ok.sort_values([loss, "lr"]).iloc[0]
-        out[k] = float(best["lr"])
+        best = float((conv.sort_values([steps, "lr"]) if len(conv) else ok.sort_values([loss, "lr"])).iloc[0]["lr"])
+        i = int(np.flatnonzero(lrs == best)[0])
+        if i + 1 < len(lrs) and not healthy[i + 1] and i > 0 and healthy[i - 1]:
+            best = float(lrs[i - 1])
+        out[k] = best
     return out
 
 
@@ -304,7 +338,7 @@ def elr_table(proto: VisionProtocol, grid: VisionGrid) -> pd.DataFrame:
                 rec = rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
                 invariant = {u.name + ".weight" for u in rec.units if u.normalized}
             else:
-                absolute_scale_(model, value)
+                _absolute_(model, arch, value)
                 if arch == "resnet18":
                     invariant = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)}
                     invariant = {n + ".weight" for n in invariant}
@@ -342,8 +376,13 @@ def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None
 
     pts = [dict(arch=a, seed=proto.tune_seed, knob=k, value=v, lr=lr, protocol=pdict, cache=cache, tune=True)
            for a in proto.archs for k, _, v in pt_arms for lr in proto.pt_lrs]
-    pt_tune = sweep(pretrain_point, pts, "vision_pt_tune", "deep: tune PT learning rates")
-    pt_lr = pick_lr(pt_tune, ["arch", "knob", "value"], loss="pt_loss", steps="pt_steps", converged="pt_converged")
+    if len(proto.pt_lrs) > 1:
+        pt_tune = sweep(pretrain_point, pts, "vision_pt_tune", "deep: tune PT learning rates")
+        pt_lr = pick_lr(pt_tune, ["arch", "knob", "value"], loss="pt_loss", steps="pt_steps", converged="pt_converged",
+                        chance=math.log(N_PT_CLASSES))
+    else:  # a single rate: nothing to tune
+        pt_tune = pd.DataFrame()
+        pt_lr = {(p["arch"], p["knob"], p["value"]): proto.pt_lrs[0] for p in pts}
     seeds = (proto.tune_seed, *grid.seeds)
     pts = [dict(arch=a, seed=s, knob=k, value=v, lr=pt_lr[(a, k, v)], protocol=pdict, cache=cache)
            for a in proto.archs for s in seeds for k, _, v in pt_arms]
@@ -352,9 +391,13 @@ def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None
     pts = [dict(arch=a, seed=proto.tune_seed, task=proto.ft_tune_task, n_ft=proto.ft_tune_n, knob=k, when=w,
                 value=v, lr=lr, protocol=pdict, cache=cache) for a in proto.archs for k, w, v in all_arms
            for lr in proto.ft_lrs]
-    ft_tune = sweep(finetune_point, pts, "vision_ft_tune", "deep: tune FT learning rates")
-    ft_lr = pick_lr(ft_tune, ["arch", "knob", "when", "value"], loss="ft_loss", steps="ft_steps",
-                    converged="ft_converged")
+    if len(proto.ft_lrs) > 1:
+        ft_tune = sweep(finetune_point, pts, "vision_ft_tune", "deep: tune FT learning rates")
+        ft_lr = pick_lr(ft_tune, ["arch", "knob", "when", "value"], loss="ft_loss", steps="ft_steps",
+                        converged="ft_converged", chance=math.log(task_pool(proto.ft_tune_task, "train", 0)[2]))
+    else:
+        ft_tune = pd.DataFrame()
+        ft_lr = {(p["arch"], p["knob"], p["when"], p["value"]): proto.ft_lrs[0] for p in pts}
     pts = []
     for a in proto.archs:
         for s in grid.seeds:
