@@ -102,7 +102,7 @@ class ModularGrid:
 
 QUICK = (ModularProtocol(lrs=(3e-3,), pt_steps=400, ft_steps=300),
          ModularGrid(seeds=(0, 1), reuse=(5,), new=(7,), balancedness=(-0.9, 0.0, 0.9)))
-FULL = (ModularProtocol(), ModularGrid(seeds=tuple(range(8))))
+FULL = (ModularProtocol(), ModularGrid(seeds=tuple(range(12))))
 
 
 def _prime_factors(n: int) -> set[int]:
