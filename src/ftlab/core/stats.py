@@ -168,8 +168,8 @@ class Moments:
         self._update(x)
         return self
 
-    def _update(self, x: torch.Tensor, norms: torch.Tensor | None = None) -> torch.Tensor:
-        """Add checked rows; returns their squared norms (float64)."""
+    def _update(self, x: torch.Tensor, norms: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Add checked rows; returns their squared norms (float64) with ``kernel`` sums, else None."""
         self.n += x.shape[0]
         if x.is_floating_point():
             self.row_eps = max(self.row_eps, torch.finfo(x.dtype).eps)
@@ -180,11 +180,14 @@ class Moments:
             self._sum += s
         if self._gram is not None:
             self._gram.add(x, x)
-        a = self._row_norms(x) if norms is None else norms
-        self.sq_sum += float(a.sum())
         if self.kernel:
+            a = self._row_norms(x) if norms is None else norms
+            self.sq_sum += float(a.sum())
             self.sq_weighted_sum = self.sq_weighted_sum.to(a.device) + a @ x.to(torch.float64)
             self.sq_sq_sum += float(a @ a)
+        else:  # one reduction, accumulated in float64, without a float64 copy of the rows
+            a = None
+            self.sq_sum += float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
         return a
 
     def merge(self, other: Moments) -> Moments:
@@ -265,6 +268,7 @@ class CrossMoments:
         na, nb = self.a._update(a), self.b._update(b)
         self._cross.add(a, b)
         if self.kernel:
+            assert na is not None and nb is not None
             self.b_sq_weighted_a = self.b_sq_weighted_a.to(na.device) + nb @ a.to(torch.float64)
             self.a_sq_weighted_b = self.a_sq_weighted_b.to(na.device) + na @ b.to(torch.float64)
             self.ab_sq_sum += float(na @ nb)

@@ -262,14 +262,27 @@ class AffineMoments:
     def __init__(self, base, map_a: tuple[torch.Tensor, torch.Tensor | None],
                  map_b: tuple[torch.Tensor, torch.Tensor | None]):
         self.base = base
-        def f64(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.detach().to(torch.float64).cpu()
+        self._maps = (map_a, map_b)  # converted to float64 on first use: creating one costs nothing
 
-        self.map_a: tuple[torch.Tensor, torch.Tensor | None] = (map_a[0].detach().to(torch.float64).cpu(), f64(map_a[1]))
-        self.map_b: tuple[torch.Tensor, torch.Tensor | None] = (map_b[0].detach().to(torch.float64).cpu(), f64(map_b[1]))
-        n = base.n
-        self.a = _Side(self._side_sum(base.a.sum, self.map_a, n), n)
-        self.b = _Side(self._side_sum(base.b.sum, self.map_b, n), n)
+    @staticmethod
+    def _f64(m: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return (m[0].detach().to(torch.float64).cpu(), None if m[1] is None else m[1].detach().to(torch.float64).cpu())
+
+    @property
+    def map_a(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._f64(self._maps[0])
+
+    @property
+    def map_b(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._f64(self._maps[1])
+
+    @property
+    def a(self) -> _Side:
+        return _Side(self._side_sum(self.base.a.sum, self.map_a, self.n), self.n)
+
+    @property
+    def b(self) -> _Side:
+        return _Side(self._side_sum(self.base.b.sum, self.map_b, self.n), self.n)
 
     @staticmethod
     def _side_sum(s: torch.Tensor, m: tuple[torch.Tensor, torch.Tensor | None], n: int) -> torch.Tensor:

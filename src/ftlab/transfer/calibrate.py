@@ -305,7 +305,7 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
     mods_b, bare_b = _module_names(target, dict.fromkeys(r.tp for r in reqs))
     owners: dict[tuple, tuple] = {}  # request key -> key of the request whose accumulator serves it
     streams: dict[tuple, CrossMoments] = {}
-    identity: dict[tuple, tuple] = {}  # request key -> identity of its rows on the first batch
+    aliased: list[_Req] = []  # requests served by another's accumulator, and those owners (checked every batch)
     n_batches = 0
     with calibration_mode(source, train=train_mode, grad=backward), \
             calibration_mode(target, train=train_mode, grad=backward), \
@@ -315,8 +315,10 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
             _run(target, cb, bb, loss, "target", k, backward=backward, input_grads=input_grads)
             mask_a, mask_b = _mask(ba, padding_mask), _mask(bb, padding_mask)
             n_samples = _batch_size(ba)
+            # the first batch decides which requests share rows; later batches only check the shared ones
+            check = reqs if k == 0 else aliased
             tensors: dict[tuple, tuple[list, list]] = {}
-            for r in reqs:
+            for r in check:
                 la, lb = getattr(ca, r.attr).get(r.sp, []), getattr(cb, r.attr).get(r.tp, [])
                 if len(la) != len(lb):
                     raise ValueError(f"point {r.sp!r} ran {len(la)} times in the source but {r.tp!r} ran {len(lb)} "
@@ -342,7 +344,6 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                         continue
                     owner = first.setdefault(ident[key], key)
                     owners[key] = owner
-                    identity[key] = ident[key]
                 for r in reqs:
                     if r.key not in owners:
                         owners[r.key] = r.key  # no rows (e.g. no input gradient): its own, empty accumulator
@@ -353,14 +354,23 @@ def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[s
                 _check_memory([by_key[key].dims for key in collected],
                               [by_key[key].dims for key in derived], second=second, batch_dtype=batch_dtype,
                               limit=memory_limit)
+                shared = [k2 for key, own in owners.items() if own != key for k2 in (key, own)]
+                aliased = [by_key[key] for key in dict.fromkeys(shared)]
             else:
-                for key in identity:
-                    if ident.get(key) is not None and owners[key] != key and ident.get(owners[key]) != ident[key]:
-                        raise ValueError(f"the rows of {key[0]!r} ({key[1]}, {key[2]}) changed their source between "
+                for r in aliased:
+                    own = owners[r.key]
+                    if own != r.key and own in ident and ident.get(r.key) != ident[own]:
+                        raise ValueError(f"the rows of {r.tp!r} ({r.side}, {r.src}) changed their source between "
                                          "calibration batches (a model whose graph varies per batch is not supported)")
             for key, st in streams.items():
                 r = by_key[key]
-                la, lb = tensors[key]
+                if key in tensors:
+                    la, lb = tensors[key]
+                else:
+                    la, lb = getattr(ca, r.attr).get(r.sp, []), getattr(cb, r.attr).get(r.tp, [])
+                if len(la) != len(lb):
+                    raise ValueError(f"point {r.sp!r} ran {len(la)} times in the source but {r.tp!r} ran {len(lb)} "
+                                     "times in the target: the architectures do not correspond")
                 rows_a, rows_b = [], []
                 for xa, xb in zip(la, lb):
                     if xa is None or xb is None:  # no input gradient (the input is data)
