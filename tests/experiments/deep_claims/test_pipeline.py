@@ -224,7 +224,7 @@ def test_report_section_renders_claims_and_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(V, "QUICK", (dataclasses.replace(TINY_V[0], archs=("nf_resnet18",)),
                                      dataclasses.replace(TINY_V[1], tasks=("mnist",))))
     monkeypatch.setattr(M, "QUICK", TINY_M)
-    md = run(ReportContext(out_dir=tmp_path, workers=1))
+    md = run(ReportContext(out_dir=tmp_path, workers=1, figures=("fig_claim1_kappa",)))
     table = pd.read_csv(tmp_path / "deep" / "claims.csv")
     assert set(table.verdict) <= {"reproduced", "reversed", "no effect", "inconclusive"}
     assert "indicative only" in md and "](deep/fig_claim1_kappa.png)" in md

@@ -160,10 +160,6 @@ def _pt_arm(arm: Arm) -> Arm:
     return arm if arm[1] == "init" else BASELINE
 
 
-def _arm_label(arm: Arm) -> str:
-    return "baseline" if arm[0] == "none" else f"{arm[0]}={arm[2]:g}@{arm[1]}"
-
-
 def _model(arch: str, num_classes: int, width: int, seed: int | None = None) -> torch.nn.Module:
     from ftlab.models.cnn import nf_resnet18
     from ftlab.models.resnet import resnet18
@@ -192,8 +188,7 @@ def _ckpt(cache: str, arch: str, seed: int, arm: Arm) -> Path:
     return Path(cache) / f"pt_{arch}_seed{seed}_{knob}{value:g}.safetensors"
 
 
-def _fit(model, X, y, *, lr: float, proto: VisionProtocol, seed: int, stage: str, tune: bool = False,
-         max_steps: int | None = None) -> TrainResult:
+def _fit(model, X, y, *, lr: float, proto: VisionProtocol, seed: int, stage: str, tune: bool = False) -> TrainResult:
     if stage == "pt":  # a tuning run is the first pt_tune_epochs of the real schedule
         n = int(y.shape[0])
         stop = proto.pt_tune_epochs * (n // min(proto.pt_batch, n)) if tune else None
@@ -201,7 +196,7 @@ def _fit(model, X, y, *, lr: float, proto: VisionProtocol, seed: int, stage: str
                           schedule="warmup_cosine", loss_tol=proto.loss_target, drop_last=True, stop_steps=stop)
     else:
         cfg = TrainConfig(lr=lr, momentum=proto.momentum, batch_size=min(proto.ft_batch, int(y.shape[0])),
-                          max_steps=max_steps, loss_tol=proto.loss_target)
+                          max_steps=proto.ft_max_steps, loss_tol=proto.loss_target)
     return train_(model, X, y, config=cfg, seed=seed)
 
 
@@ -247,7 +242,7 @@ def _load(arch: str, proto: VisionProtocol, cache: str, seed: int, arm: Arm, k_p
 
 
 def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, when: str, value: float, lr: float,
-                   protocol: dict, cache: str, max_steps: int | None = None, geometry: bool = False) -> dict:
+                   protocol: dict, cache: str, geometry: bool = False) -> dict:
     """One fine-tuning run: load the pretrained network of the arm, rebalance it (kappa after PT),
     re-initialize the readout (gamma), fine-tune, evaluate; optionally per-stage geometry against
     the unintervened pretrained network of the same seed."""
@@ -265,8 +260,7 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
     reinit_readout_(model, gamma=gamma, out_features=k, seed=seed * 100003 + tid * 1009 + n_ft)
     idx = balanced_subset(y, n_ft, seed=[seed, tid, n_ft])
     X_ft, y_ft = to_tensor(x[idx], proto.downsample), torch.from_numpy(y[idx])
-    res = _fit(model, X_ft, y_ft, lr=lr, proto=proto, seed=seed, stage="ft",
-               max_steps=proto.ft_max_steps if max_steps is None else max_steps)
+    res = _fit(model, X_ft, y_ft, lr=lr, proto=proto, seed=seed, stage="ft")
     rec: dict = {"ft_loss": res.residual, "ft_steps": res.n_iter, "ft_converged": res.converged}
     if not math.isfinite(res.residual):
         return {**rec, "acc": math.nan, "cpu_s": time.process_time() - t0}
