@@ -468,3 +468,64 @@ def test_diagnose_counts_zeroed_parameters_as_not_carried():
     d = diagnose(A, A_ft, B, batches, loss)
     assert 0 < d.zeroed_share < 0.5
     assert d.estimate == pytest.approx(1.0 - d.zeroed_share, abs=1e-6)
+
+
+def embed_state(state: dict, axes: list[tuple[str, tuple]], index: dict, sizes: dict, var: float = 1.0) -> dict:
+    """Like :func:`permute_state`, but ``index[space]`` may hold -1: a new, dead unit (zero weights; BatchNorm
+    variance ``var``) in a wider B. ``sizes[space]`` is B's width."""
+    out = {}
+    for name, t in state.items():
+        spec = next((sp for pat, sp in axes if re.fullmatch(pat, name)), None)
+        v = t.clone()
+        for ax, space in enumerate(spec or ()):
+            if space is None:
+                continue
+            idx = index[space]
+            keep = (idx >= 0)
+            shape = list(v.shape)
+            shape[ax] = sizes[space]
+            w = torch.full(shape, var if name.endswith("running_var") else 0.0, dtype=v.dtype)
+            sel = [slice(None)] * v.ndim
+            sel[ax] = torch.nonzero(keep).flatten()
+            w[tuple(sel)] = v.index_select(ax, idx[keep])
+            v = w
+        out[name] = v
+    return out
+
+
+def test_wider_target_through_depthwise_and_batchnorm_spaces_is_exact():
+    """B = A with every expanded (depthwise, BatchNorm, SE) space permuted and widened by 2 dead channels: the
+    one channel map of each depthwise conv is a rectangular isometry, and the transfer is exact."""
+    g = torch.Generator().manual_seed(11)
+    A, _, axes, perms, batches, loss, _, _ = effnet_case(g)
+    index = dict(perms)
+    sizes = {k: len(v) for k, v in perms.items()}
+    for i in range(3):
+        e = len(perms[f"e{i}"])
+        index[f"e{i}"] = torch.cat([perms[f"e{i}"], torch.tensor([-1, -1])])[torch.randperm(e + 2, generator=g)]
+        sizes[f"e{i}"] = e + 2
+
+    class Wide(EffNet):
+        def __init__(self):
+            super().__init__()
+            for b in self.blocks:
+                c_in, e, c_out = b.expand.in_channels, b.expand.out_channels + 2, b.project.out_channels
+                stride = b.depthwise.stride
+                b.expand, b.bn0 = nn.Conv2d(c_in, e, 1, bias=False), nn.BatchNorm2d(e)
+                b.depthwise = nn.Conv2d(e, e, 3, stride=stride, padding=1, groups=e, bias=False)
+                b.bn1 = nn.BatchNorm2d(e)
+                b.se_reduce, b.se_expand = nn.Conv2d(e, 2, 1), nn.Conv2d(2, e, 1)
+                b.project = nn.Conv2d(e, c_out, 1, bias=False)
+
+    B = Wide().double().eval()
+    B.load_state_dict(embed_state(A.state_dict(), axes, index, sizes))
+    x = batches[0][0]
+    with torch.no_grad():
+        torch.testing.assert_close(B(x), A(x), rtol=1e-10, atol=1e-10)
+    A_ft = perturb_(copy.deepcopy(A), 5)
+    truth = embed_state(dict(TaskVector.from_models(A, A_ft).items()), axes, index, sizes, var=0.0)
+    res = fit_transfer(A, A_ft, B, batches, loss)
+    assert rel_err(res.task_vector, truth) < 1e-5
+    f_in, f_out = res.fits["blocks.0.depthwise"]
+    assert f_in is f_out and f_in.R.shape == (12, 14)
+    torch.testing.assert_close(f_in.R @ f_in.R.T, torch.eye(12, dtype=DT), atol=1e-9, rtol=0)  # an isometry
