@@ -180,3 +180,26 @@ def test_tiny_run_is_deterministic_and_recovers_a_permuted_copy(tmp_path, monkey
     acc = ra[ra["alpha_mode"] == "fixed"].set_index(["seed", "method"])["accuracy"]
     for seed in (0, 1):
         assert acc[(seed, "bico")] == pytest.approx(acc[(seed, "finetuned")], abs=1e-9)
+
+
+def test_the_estimate_read_off_the_fit_equals_a_separate_diagnose_run():
+    from ftlab.transfer import TransferOptions, diagnose
+
+    torch.manual_seed(1)
+    a = ViT(image_size=8, patch=4, width=8, depth=2, heads=2, n_classes=4)
+    b = ViT(image_size=8, patch=4, width=12, depth=3, heads=2, n_classes=4)
+    classes = (0, 2)
+    x, y = _data(3, 120)
+    a_ft = finetune(a, x, y, classes, config=recipe(lr=0.05, epochs=2, batch_size=16), seed=0)
+    b_ft = finetune(b, x, y, classes, config=recipe(lr=0.05, epochs=2, batch_size=16), seed=0)
+    rows = evaluate_pair(setting="s", task="t", seed=0, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
+                         cal_pool=(x, y), loss=task_loss(classes), score=lambda m, s: accuracy(m, x, y, classes=classes),
+                         methods=("bico",), alpha_grid=(1.0,), baseline="zero_shot", diagnose=True)
+    est = [r for r in rows if r["record"] == "estimate"]
+    assert len(est) == 1
+    from ftlab.experiments.transfer_accuracy.run import calibration_batches
+
+    batches = calibration_batches(x, y, kind="n100", seed=0)
+    ref = diagnose(a, a_ft, b, batches, task_loss(classes), options=TransferOptions())
+    assert est[0]["estimate"] == pytest.approx(ref.estimate, rel=1e-9, abs=1e-12)
+    assert 0.0 < ref.estimate < 1.0

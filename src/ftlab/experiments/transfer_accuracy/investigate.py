@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["VARIANTS", "choose_default", "investigate_case", "summarize"]
+__all__ = ["VARIANTS", "choose_default", "investigate_case", "layer_ablation", "summarize"]
 
 #: name -> knob changed (``loss``: calibration loss kind; ``n_cal``: calibration samples; others: transfer options).
 VARIANTS: dict[str, dict] = {
@@ -61,9 +61,10 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
 
 def investigate_case(kind: str, setting: str, task: str, seed: int, config: dict, *,
                      variants: Sequence[str] = tuple(VARIANTS), alpha_grid: Sequence[float] | None = None,
-                     cache: str | None = None) -> list[dict]:
+                     cache: str | None = None, ablate: Sequence[str] = ()) -> list[dict]:
     """Records for one case: ``record="case"`` (probe / fine-tuned accuracies), ``"variant"`` (accuracies and
-    alignment summaries per variant) and ``"layer"`` (per capture point and variant)."""
+    alignment summaries per variant), ``"layer"`` (per capture point and variant) and, for the variants named in
+    ``ablate``, ``"ablation"`` (:func:`layer_ablation`)."""
     from ftlab.experiments.transfer_accuracy.finetune import batches_of, task_loss
     from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, prepare
     from ftlab.transfer import TransferOptions, fit_transfer, get_method
@@ -114,7 +115,65 @@ def investigate_case(kind: str, setting: str, task: str, seed: int, config: dict
                      "alpha_best": best, "test_alpha1": test1, "test_best": test_best, "seconds": seconds,
                      **{f"{k}_wmedian": v for k, v in summary.items()}})
         rows += layer
+        if name in ablate:
+            rows += [{**r, "variant": name} for r in layer_ablation(p, res, alpha_grid=grid)]
     return rows
+
+
+def _point_of(param: str, points: set[str]) -> str | None:
+    head = param
+    while "." in head:
+        head = head.rsplit(".", 1)[0]
+        if head in points:
+            return head
+    return None
+
+
+def layer_ablation(p, res, *, alpha_grid: Sequence[float]) -> list[dict]:
+    """Where does a transferred task vector help or hurt? ``tau_B`` of a finished fit ``res`` kept on subsets of the
+    target's layers (the rest zero): the early or late half by depth, and the layers whose estimated carried share
+    ``c_l = rho_in * rho_out`` (Procrustes similarities of the two sides) is above or below the median; plus the naive
+    transfer of the same ``tau_A``. No refitting: the same maps, evaluated on validation and test."""
+    import torch
+
+    from ftlab.transfer import TaskVector, fit_transfer
+
+    layers = res.layers()
+    order = {r["target"]: i for i, r in enumerate(layers)}
+    carry = {}
+    for r in layers:
+        sims = [r.get(f"{s}_similarity", math.nan) for s in ("in", "out") if f"{s}_map" in r]
+        carry[r["target"]] = math.prod(0.0 if not math.isfinite(x) else x for x in sims) if sims else math.nan
+    finite = [c for c in carry.values() if math.isfinite(c)]
+    med = float(np.median(finite)) if finite else math.nan
+    half = len(layers) / 2
+    subsets = {"early half": lambda t: order[t] < half, "late half": lambda t: order[t] >= half,
+               "carry above median": lambda t: math.isfinite(carry[t]) and carry[t] >= med,
+               "carry below median": lambda t: not (math.isfinite(carry[t]) and carry[t] >= med)}
+    tau = res.task_vector
+    points = set(order)
+    head = {"setting": p.setting, "task": p.task, "seed": int(p.seed)}
+    out = []
+    for name, keep in subsets.items():
+        kept = {}
+        for k, v in tau.items():
+            pt = _point_of(k, points)
+            kept[k] = v if (pt is not None and keep(pt)) else torch.zeros_like(v)
+        sub = TaskVector(kept)
+        share = sum(float(v.double().pow(2).sum()) for v in kept.values()) / max(tau.norm() ** 2, 1e-300)
+        val = {a: p.score(sub.apply(p.target_base, a), "val") for a in alpha_grid}
+        best = max(alpha_grid, key=lambda a: (val[a], -a))
+        out.append({"record": "ablation", **head, "subset": name, "norm_share": share, "val_alpha1": val[1.0],
+                    "val_best": val[best], "alpha_best": best, "test_alpha1": p.score(sub.apply(p.target_base, 1.0), "test"),
+                    "test_best": p.score(sub.apply(p.target_base, best), "test")})
+    naive = fit_transfer(p.source_base, p.source_ft, p.target_base, method="naive").task_vector
+    val = {a: p.score(naive.apply(p.target_base, a), "val") for a in alpha_grid}
+    best = max(alpha_grid, key=lambda a: (val[a], -a))
+    out.append({"record": "ablation", **head, "subset": "naive transfer", "norm_share": math.nan,
+                "val_alpha1": val[1.0], "val_best": val[best], "alpha_best": best,
+                "test_alpha1": p.score(naive.apply(p.target_base, 1.0), "test"),
+                "test_best": p.score(naive.apply(p.target_base, best), "test")})
+    return out
 
 
 def summarize(df):

@@ -232,25 +232,33 @@ def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int
 
 
 def _diagnose(res, source, source_ft, target, batches, loss, options: dict) -> dict:
-    """The transfer diagnostic's estimate of the share of tau_A that carries over (:func:`ftlab.transfer.diagnose`).
+    """The transfer diagnostic's estimate of the share of tau_A that carries over (:func:`ftlab.transfer.diagnose`),
+    read off BiCo's finished fit ``res`` (fitted with ``diagnostics=True`` and the same options).
 
-    Computed from BiCo's finished fit ``res`` (fitted with ``diagnostics=True``) when the library can read a
-    diagnosis off a result, else by running :func:`~ftlab.transfer.diagnose` (a second calibration pass).
+    ``diagnose`` runs ``fit_transfer`` with ``diagnostics=True`` and applies its estimator to the result; here it is
+    handed ``res`` instead of fitting again (the library's estimator, without a second calibration pass).
     """
-    import ftlab.transfer.diagnose as D
+    import importlib
+
     from ftlab.transfer import TransferOptions
 
+    D = importlib.import_module("ftlab.transfer.diagnose")  # the module (the package exports a function of that name)
+
     from_result = getattr(D, "diagnosis_from_result", None)
+    fit = D.fit_transfer
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if from_result is not None:
                 dg = from_result(res)
             else:
+                D.fit_transfer = lambda *a, **k: res
                 dg = D.diagnose(source, source_ft, target, batches, loss, options=TransferOptions(**options))
     except ValueError as exc:
         log.info("diagnose failed: %s", exc)
         return {}
+    finally:
+        D.fit_transfer = fit
     return {"estimate": float(dg.estimate), "estimate_cka": float(dg.estimate_cka), "zeroed_share": float(dg.zeroed_share)}
 
 
