@@ -161,3 +161,34 @@ def test_sigint_says_how_to_resume_and_keeps_the_store(tmp_path):
     assert proc.returncode == 130
     assert "run the same command again to resume" in err and "Traceback" not in err
     assert (out / "simulations.jsonl").exists() and not (out / "curve.csv").exists()  # no partial output set
+
+
+def _boom_at_2(x):
+    if x == 2:
+        raise RuntimeError("boom")
+    return {"x": x}
+
+
+def _ident(x):
+    return {"x": x}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stage_lines_off_a_terminal(capsys, workers):
+    from ftlab.core import progress as P
+    from ftlab.core.sweep import run_sweep
+
+    P.set_stage_lines(True)
+    try:
+        run_sweep(_ident, [{"x": i} for i in range(3)], workers=workers, desc="demo")
+        err = capsys.readouterr().err.splitlines()
+        assert err[0] == "ftlab: demo (3 items): started" and err[-1].startswith("ftlab: demo (3 items): done in ")
+        with pytest.raises(RuntimeError):
+            run_sweep(_boom_at_2, [{"x": i} for i in range(3)], workers=workers, desc="failing")
+        assert "ftlab: failing (3 items): stopped after" in capsys.readouterr().err
+        P.set_quiet(True)
+        run_sweep(_ident, [{"x": i} for i in range(3)], workers=1, desc="quiet")
+        assert capsys.readouterr().err == ""
+    finally:
+        P.set_stage_lines(False)
+        P.set_quiet(False)

@@ -52,13 +52,13 @@ def stage(name: str) -> Iterator[None]:
     t0 = time.perf_counter()
     if _lines():
         _say(f"{name}: started")
-    ok = False
+    done = False
     try:
         yield
-        ok = True
+        done = True
     finally:
         if _lines():
-            _say(f"{name}: {'done in' if ok else 'stopped after'} {time.perf_counter() - t0:.0f} s")
+            _say(f"{name}: {'done in' if done else 'stopped after'} {time.perf_counter() - t0:.0f} s")
 
 
 def _lined(iterable: Iterable, desc: str, total: int | None) -> Iterator:

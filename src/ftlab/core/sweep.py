@@ -203,6 +203,8 @@ def _run_pool(fn, todo, workers, finish, desc):
             proc.terminate()
         raise
     ex.shutdown(wait=True)
+    if it is not None:
+        next(it, None)  # exhaust the progress iterator: its end line says "done"
 
 
 def _run_dask(fn, todo, scheduler, finish, desc):
