@@ -201,6 +201,9 @@ def _run_pool(fn, todo, workers, finish, desc):
         ex.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()  # its end line says "stopped after"
         raise
     ex.shutdown(wait=True)
     if it is not None:
