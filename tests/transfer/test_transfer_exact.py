@@ -387,7 +387,7 @@ def test_depthwise_kernels_stay_depthwise_and_share_one_channel_map():
     for i in range(3):
         tp = f"blocks.{i}.depthwise"
         f_in, f_out = res.fits[tp]
-        assert f_in is f_out and f_in.R.shape == (12, 12)
+        assert f_in.R is f_out.R and f_in.R.shape == (12, 12)
         assert res.task_vector[f"{tp}.weight"].shape == B.blocks[i].depthwise.weight.shape
         # the shared map is the permutation itself
         P = torch.zeros(12, 12, dtype=DT)
@@ -527,5 +527,5 @@ def test_wider_target_through_depthwise_and_batchnorm_spaces_is_exact():
     res = fit_transfer(A, A_ft, B, batches, loss)
     assert rel_err(res.task_vector, truth) < 1e-5
     f_in, f_out = res.fits["blocks.0.depthwise"]
-    assert f_in is f_out and f_in.R.shape == (12, 14)
+    assert f_in.R is f_out.R and f_in.R.shape == (12, 14)
     torch.testing.assert_close(f_in.R @ f_in.R.T, torch.eye(12, dtype=DT), atol=1e-9, rtol=0)  # an isometry

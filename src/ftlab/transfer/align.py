@@ -49,7 +49,7 @@ from ftlab.core.stats import CrossMoments
 from ftlab.core.validate import check_choice, check_range
 
 __all__ = ["SEQ_ALIGN", "AffineMoments", "MapFit", "RankWarning", "SeqAlign", "SumMoments", "align_tokens", "fit_map",
-           "naive_map", "procrustes", "to_tokens"]
+           "naive_map", "procrustes", "procrustes_similarity", "to_tokens"]
 
 SeqAlign = Literal["identity", "interpolate", "interpolate2d", "mean", "cls"]
 SEQ_ALIGN: tuple[str, ...] = get_args(SeqAlign)
@@ -357,7 +357,7 @@ class SumMoments:
         return math.nan
 
 
-def _similarity(stats: CrossMoments, center: bool) -> float:
+def procrustes_similarity(stats: CrossMoments, center: bool = False) -> float:
     """Procrustes similarity ``||A^T B||_* / (||A||_F ||B||_F)`` of streamed rows (nan when a side is zero)."""
     tra, trb = stats.a.sq_sum, stats.b.sq_sum
     if center:
@@ -476,7 +476,7 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
         parts = [p for p in stats.parts if isinstance(p, CrossMoments) and p.second]
         if parts:
             cka = sum(cka_from_moments(p) for p in parts) / len(parts)
-            similarity = sum(_similarity(p, center) for p in parts) / len(parts)
+            similarity = sum(procrustes_similarity(p, center) for p in parts) / len(parts)
     return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
                   cka_from_moments(stats, naive) if is_cm else math.nan, cka_from_moments(stats, R) if is_cm else math.nan,
                   dims=k, completed=tuple(used), precision=prec, similarity=similarity)

@@ -36,13 +36,17 @@ their input activations, so the rule costs no calibration work there.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
+from ftlab.core.geometry import cka_from_moments
+from ftlab.core.stats import CrossMoments
 from ftlab.core.validate import check_choice, check_positive, check_range
-from ftlab.transfer.align import MapFit, SumMoments, fit_map, naive_map
+from ftlab.transfer.align import MapFit, SumMoments, fit_map, naive_map, procrustes_similarity
 from ftlab.transfer.methods import Calibration, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
@@ -167,7 +171,17 @@ class ProcrustesTransfer:
                 label = "+".join(f"{side}:{prim[side]}" for side in ("in", "out") if prim[side] is not None)
                 fit = fit_map(parts[0] if len(parts) == 1 else SumMoments(parts), source=label, name=f"{tp} (channels)",
                               completion=(("naive", None),) if o.complete != "none" else (), **kw)
-                self.fits[tp] = (fit, fit)
+                if len(parts) == 1:
+                    self.fits[tp] = (fit, fit)
+                    continue
+                # one map R for both sides; each side reports the alignment of its own statistic
+                sides = []
+                for part in parts:
+                    diag = isinstance(part, CrossMoments) and part.second
+                    sides.append(dataclasses.replace(
+                        fit, similarity=procrustes_similarity(part, o.center) if diag else math.nan,
+                        cka=cka_from_moments(part) if diag else math.nan))
+                self.fits[tp] = (sides[0], sides[1])
                 continue
             fits: list[MapFit | None] = []
             for side in ("in", "out"):
