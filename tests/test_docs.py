@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: References to material outside the repository, which a reader cannot open.

@@ -107,6 +107,12 @@ def diagnose(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
     opts = dataclasses.replace(options if options is not None else TransferOptions(), diagnostics=True)
     res = fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=method, options=opts,
                        source_batches=source_batches, target_batches=target_batches)
+    return diagnosis_from_result(res)
+
+
+def diagnosis_from_result(res) -> Diagnosis:
+    """The estimator of :func:`diagnose` applied to a finished fit (a :class:`~ftlab.transfer.TransferResult`
+    fitted with ``diagnostics=True``), without a second calibration pass."""
     if not res.pairs:
         raise ValueError(f"method {res.method!r} fits no maps: diagnose needs a Procrustes method such as bico")
     zeroed = res.source_norms.get("zeroed", 0.0) ** 2  # the part of tau_A B's zeroed parameters would receive

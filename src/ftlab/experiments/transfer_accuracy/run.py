@@ -73,7 +73,10 @@ class BenchmarkConfig:
     Controlled ViT family: ``family_settings``
     (:data:`~ftlab.experiments.transfer_accuracy.family.SETTINGS`) on ``family_tasks`` with
     ``family_seeds``, ``family_n_*`` images, ``family_finetune``.
-    Transfer: ``methods``, ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
+    Methods (:meth:`plan`): ``methods`` on every task with the first calibration set; ``ablation_methods`` with
+    it too, on ``ablation_tasks`` only (empty: every task); ``other_cal_methods`` with the other calibration sets;
+    ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair.
+    Transfer: ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
     calibration loss, :data:`~ftlab.experiments.transfer_accuracy.finetune.LOSS_KINDS`), ``alpha_grid``
     (searched on validation, the same for every method), ``transfer`` (options passed to every
     transfer: :class:`~ftlab.transfer.TransferOptions` fields and method options), ``vision_transfer`` /
@@ -104,7 +107,12 @@ class BenchmarkConfig:
     family_n_val: int = 300
     family_n_test: int = 1000
     family_finetune: TrainConfig = recipe(lr=0.03, epochs=5)
-    methods: tuple[str, ...] = TRANSFER_METHODS
+    methods: tuple[str, ...] = ("naive", "activation_only", "bico")
+    ablation_methods: tuple[str, ...] = ("bico_input_only", "bico_output_only", "gradient_only", "gradfix")
+    ablation_tasks: tuple[str, ...] = ("fashion_tops", "mnist", "wordnet_nouns", "wordnet_verbs", "digits",
+                                       "fashion_tops_rot180", "mnist_rot90", "fashion_invert")
+    other_cal_methods: tuple[str, ...] = ("bico", "activation_only")
+    heavy_methods: tuple[str, ...] = ("naive", "activation_only", "bico")
     calibrations: tuple[str, ...] = CALIBRATIONS
     cal_batch_size: int = 32
     alpha_grid: tuple[float, ...] = _GRID
@@ -133,8 +141,14 @@ class BenchmarkConfig:
             check_choice("family setting", s, list(SETTINGS))
         for t in self.family_tasks:
             check_choice("family task", t, list(TASKS))
+        if not self.calibrations:
+            raise ValueError("calibrations is empty: give at least one of " + ", ".join(CALIBRATIONS))
         for c in self.calibrations:
             check_choice("calibration", c, CALIBRATIONS)
+        from ftlab.transfer.methods import method_names
+
+        for m in (*self.methods, *self.ablation_methods, *self.other_cal_methods, *self.heavy_methods):
+            check_choice("method", m, method_names())
         from ftlab.experiments.transfer_accuracy.finetune import LOSS_KINDS
 
         check_choice("cal_loss", self.cal_loss, LOSS_KINDS)
@@ -149,6 +163,18 @@ class BenchmarkConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def plan(self, task: str, pair: str = "") -> dict[str, tuple[str, ...]]:
+        """``{calibration: methods}`` for one task (and pair); see the class docstring."""
+        if "mpnet" in pair:
+            return {self.calibrations[0]: tuple(self.heavy_methods)}
+        first = list(self.methods)
+        if not self.ablation_tasks or task in self.ablation_tasks:
+            first += [m for m in self.ablation_methods if m not in first]
+        out = {self.calibrations[0]: tuple(first)}
+        for c in self.calibrations[1:]:
+            out[c] = tuple(self.other_cal_methods)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchmarkConfig:
@@ -231,34 +257,18 @@ def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int
             for i in range(0, len(idx), batch_size)]
 
 
-def _diagnose(res, source, source_ft, target, batches, loss, options: dict) -> dict:
+def _diagnose(res) -> dict:
     """The transfer diagnostic's estimate of the share of tau_A that carries over (:func:`ftlab.transfer.diagnose`),
-    read off BiCo's finished fit ``res`` (fitted with ``diagnostics=True`` and the same options).
-
-    ``diagnose`` runs ``fit_transfer`` with ``diagnostics=True`` and applies its estimator to the result; here it is
-    handed ``res`` instead of fitting again (the library's estimator, without a second calibration pass).
+    read off BiCo's finished fit ``res`` (fitted with ``diagnostics=True``): the library's estimator
+    (:func:`~ftlab.transfer.diagnose.diagnosis_from_result`) without a second calibration pass.
     """
-    import importlib
+    from ftlab.transfer.diagnose import diagnosis_from_result
 
-    from ftlab.transfer import TransferOptions
-
-    D = importlib.import_module("ftlab.transfer.diagnose")  # the module (the package exports a function of that name)
-
-    from_result = getattr(D, "diagnosis_from_result", None)
-    fit = D.fit_transfer
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if from_result is not None:
-                dg = from_result(res)
-            else:
-                D.fit_transfer = lambda *a, **k: res
-                dg = D.diagnose(source, source_ft, target, batches, loss, options=TransferOptions(**options))
+        dg = diagnosis_from_result(res)
     except ValueError as exc:
         log.info("diagnose failed: %s", exc)
         return {}
-    finally:
-        D.fit_transfer = fit
     return {"estimate": float(dg.estimate), "estimate_cka": float(dg.estimate_cka), "zeroed_share": float(dg.zeroed_share)}
 
 
@@ -286,7 +296,7 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
                   cal_pool: tuple, loss: Callable, score: Callable[[object, str], float], methods: Sequence[str],
                   calibrations: Sequence[str] = ("n100",), alpha_grid: Sequence[float], cal_batch_size: int = 32,
                   transfer_options: dict | None = None, baseline: str = "probe", layers: bool = True,
-                  diagnose: bool = False) -> list[dict]:
+                  diagnose: bool = False, plan: dict | None = None) -> list[dict]:
     """Rows for one (setting, task, seed): the baseline, fine-tuned, every method x calibration at alpha=1 and searched.
 
     cal_pool : ``(inputs, labels)`` the calibration sets are drawn from (by ``seed``);
@@ -296,7 +306,8 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
         from ``ftlab.transfer``) is skipped and logged; ``naive`` needs no calibration and is run once;
     transfer_options : :class:`~ftlab.transfer.TransferOptions` fields and method options for every method
         (method options a method does not take are dropped for it);
-    baseline : the method name of the target base's own accuracy (``probe`` or ``zero_shot``).
+    baseline : the method name of the target base's own accuracy (``probe`` or ``zero_shot``);
+    plan : ``{calibration: methods}`` overriding ``methods`` x ``calibrations`` (:meth:`BenchmarkConfig.plan`).
     """
     from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, list_methods, split_options
     from ftlab.transfer.align import RankWarning
@@ -309,14 +320,17 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
     rows = [_record(setting, task, seed, baseline, "-", mode, math.nan, 0, base_acc) for mode in ("fixed", "searched")]
     ft_acc = score(target_ft, "test")
     rows += [_record(setting, task, seed, "finetuned", "-", mode, math.nan, 0, ft_acc) for mode in ("fixed", "searched")]
-    for calibration in calibrations:
+    if plan is None:
+        plan = {c: tuple(methods) for c in calibrations}
+    first = next(iter(plan), "n100")
+    for calibration, cal_methods in plan.items():
         batches = calibration_batches(cal_pool[0], cal_pool[1], kind=calibration, seed=seed, batch_size=cal_batch_size)
         n_cal = sum(len(b[1]) for b in batches)
-        for method in methods:
-            if method == "naive" and calibration != calibrations[0]:
+        for method in cal_methods:
+            if method == "naive" and calibration != first:
                 continue
             mine = {k: v for k, v in opts.items() if k in general or k in own_fields.get(method, set())}
-            want_layers = layers and method == "bico" and calibration == calibrations[0]
+            want_layers = layers and method == "bico" and calibration == first
             if want_layers:
                 mine["diagnostics"] = True
             t0 = time.perf_counter()
@@ -344,8 +358,7 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
             if want_layers:
                 rows += _layer_rows(res, setting, task, seed, calibration)
                 if diagnose:
-                    est = _diagnose(res, source_base, source_ft, target_base, batches, loss,
-                                    {k: v for k, v in opts.items() if k in general})
+                    est = _diagnose(res)
                     if est:
                         rows.append({"record": "estimate", "setting": setting, "task": task, "seed": int(seed),
                                      "calibration": calibration, **est})
@@ -393,7 +406,7 @@ def vision_point(task: str, seed: int, config: dict) -> list[dict]:
         (a, a_ft), (b, b_ft) = model(p.source), model(p.target)
         rows += evaluate_pair(setting=name, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
                               target_ft=b_ft, cal_pool=splits["train"], loss=loss, score=score, methods=cfg.methods,
-                              calibrations=cfg.calibrations, alpha_grid=cfg.alpha_grid,
+                              plan=cfg.plan(task, name), alpha_grid=cfg.alpha_grid,
                               cal_batch_size=cfg.cal_batch_size, transfer_options={**cfg.transfer, **cfg.vision_transfer},
                               diagnose=cfg.diagnose)
     return rows
@@ -425,8 +438,8 @@ def text_point(pair: str, task: str, seed: int, config: dict) -> list[dict]:
     opts = {"padding_mask": _attention_mask, **cfg.transfer, **cfg.text_transfer}
     return evaluate_pair(setting=pair, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
                          cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss), score=_scorer(splits),
-                         methods=cfg.methods,
-                         calibrations=cfg.calibrations, alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
+                         methods=cfg.methods, plan=cfg.plan(task, pair), alpha_grid=cfg.alpha_grid,
+                         cal_batch_size=cfg.cal_batch_size,
                          transfer_options=opts, diagnose=cfg.diagnose)
 
 
@@ -534,7 +547,7 @@ def family_point(task: str, seed: int, config: dict, cache: str | None = None) -
         (a, a_ft), (b, b_ft) = base(src), base(tgt)
         rows += evaluate_pair(setting=setting, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
                               target_ft=b_ft, cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss),
-                              score=_scorer(splits, classes), methods=cfg.methods, calibrations=cfg.calibrations,
+                              score=_scorer(splits, classes), methods=cfg.methods, plan=cfg.plan(task),
                               alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
                               transfer_options=cfg.transfer, baseline="zero_shot", diagnose=cfg.diagnose)
     return rows
