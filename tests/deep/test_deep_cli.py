@@ -58,3 +58,40 @@ def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     code, _, err = _run(args, capsys)
     assert code == 2
     assert err.startswith("ftlab: error:") and needle in err and err.count("\n") == 1
+
+
+def test_geometry_refuses_arrays_that_share_neither_samples_nor_features(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "x.npy", rng.standard_normal((30, 5)))
+    np.save(tmp_path / "y.npy", rng.standard_normal((20, 7)))
+    code, out, err = _run(["geometry", str(tmp_path / "x.npy"), str(tmp_path / "y.npy")], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "30 x 5" in err and "20 x 7" in err
+
+
+def test_geometry_same_features_other_samples_gives_ensd_without_cka(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    X, Y = rng.standard_normal((30, 5)), rng.standard_normal((20, 5))
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    code, out, _ = _run(["geometry", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "--format", "json"], capsys)
+    rec = json.loads(out)[0]
+    assert code == 0 and "cka" not in rec and rec["ensd"] == pytest.approx(ensd(X, Y))
+
+
+@pytest.mark.parametrize("array, needle", [
+    (np.zeros((0, 4)), "shape (0, 4)"),
+    (np.ones(5), "shape (5,)"),
+    (np.array([[1.0, np.nan], [0.0, 1.0]]), "non-finite"),
+    (np.array([["a", "b"], ["c", "d"]]), "not numbers"),
+])
+def test_geometry_refuses_unusable_arrays_in_one_line(array, needle, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", array)
+    code, _, err = _run(["geometry", str(tmp_path / "x.npy")], capsys)
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_geometry_refuses_a_pickled_array_without_unpickling(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.array([{"a": 1}, {"b": 2}], dtype=object), allow_pickle=True)
+    code, _, err = _run(["geometry", str(tmp_path / "x.npy")], capsys)
+    assert code == 2 and "without pickle" in err and err.count("\n") == 1

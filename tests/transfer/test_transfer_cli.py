@@ -244,3 +244,40 @@ def test_cli_diagnose_writes_the_diagnosis_and_no_model(folders, tmp_path, capsy
     # a method that fits no maps cannot be diagnosed
     code, _, err = run(base_args(folders, tmp_path / "d2") + ["--diagnose", "--method", "naive"], capsys)
     assert code == 2 and "--diagnose needs a method that fits maps" in err
+
+
+def test_cli_full_disk_on_the_last_file_leaves_the_previous_output_intact(folders, tmp_path, capsys, monkeypatch):
+    import errno
+
+    import ftlab.core.results as results
+
+    out = tmp_path / "out"
+    try:
+        main(base_args(folders, out) + ["--method", "naive"])
+    except SystemExit as exc:  # click may exit 0 explicitly
+        assert exc.code in (0, None)
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"model.safetensors", "task_vector.safetensors", "report.json"} <= set(before)
+
+    real = results.save_json
+
+    def full_disk(path, obj, *a, **k):  # the report is written last: every other file is already staged
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(results, "save_json", full_disk)
+    code, _, err = run(base_args(folders, out) + ["--method", "naive", "--alpha", "0.5"], capsys)
+    monkeypatch.setattr(results, "save_json", real)
+    assert code == 2 and "No space left" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing new, nothing damaged
+    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+
+
+def test_cli_refuses_a_second_run_on_the_same_out(folders, tmp_path, capsys):
+    from ftlab.core.results import output_lock
+
+    out = tmp_path / "out"
+    with output_lock(out):  # another run holds --out
+        code, _, err = run(base_args(folders, out) + ["--method", "naive"], capsys)
+    assert code == 2 and "in use by another ftlab run" in err
+    assert not out.exists()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
 import click
 
 from ftlab.cli.output import emit, format_option
+from ftlab.core.results import output_lock
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _SHOW = ["claim", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm", "seeds", "verdict"]
@@ -87,8 +89,10 @@ def vision(full, out, seeds, workers, scheduler, archs, width, fmt):
     proto = dataclasses.replace(proto, **changes)
     if seeds is not None:
         grid = dataclasses.replace(grid, seeds=_seeds(seeds))
-    tables = run_vision_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
-    res = judge(out, tables, None, gamma_default=proto.gamma_default, geometry_at=proto.geometry_at, stages=proto.stages)
+    with output_lock(out):  # a second run on the same --out is refused (reruns resume)
+        tables = run_vision_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
+        res = judge(out, tables, None, gamma_default=proto.gamma_default, geometry_at=proto.geometry_at,
+                    stages=proto.stages)
     emit(_records(res.claims), fmt)
 
 
@@ -113,8 +117,10 @@ def modular(full, out, seeds, workers, scheduler, whens, fmt):
         grid = dataclasses.replace(grid, whens=tuple(whens))
     if seeds is not None:
         grid = dataclasses.replace(grid, seeds=_seeds(seeds))
-    tables = run_modular_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
-    emit(_records(judge(out, None, tables).claims), fmt)
+    with output_lock(out):
+        tables = run_modular_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
+        res = judge(out, None, tables)
+    emit(_records(res.claims), fmt)
 
 
 @deep.command(context_settings=_CTX)
@@ -131,8 +137,27 @@ def claims(folder, own, fmt):
     """
     from ftlab.experiments.deep_claims.pipeline import verdicts_from_folder
 
-    res = verdicts_from_folder(folder)
+    with output_lock(folder) if folder.is_dir() else contextlib.nullcontext():  # a missing folder: its own error
+        res = verdicts_from_folder(folder)
     emit(_records(res.own if own else res.claims), fmt)
+
+
+def _load_array(path: Path):
+    """A .npy array as float64 (n_samples, n_features); one-line errors for unreadable, empty or non-finite input."""
+    import numpy as np
+
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path} as a .npy array without pickle: {exc}") from None
+    if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
+        raise ValueError(f"{path} holds {getattr(a, 'dtype', type(a).__name__)} values, not numbers")
+    if a.ndim < 2 or a.shape[0] < 2 or a.size == 0:
+        raise ValueError(f"{path} has shape {a.shape}: need (n_samples >= 2, n_features >= 1)")
+    a = a.reshape(len(a), -1).astype(np.float64)
+    if not np.isfinite(a).all():
+        raise ValueError(f"{path} holds non-finite values ({int((~np.isfinite(a)).sum())} of {a.size})")
+    return a
 
 
 @deep.command(context_settings=_CTX)
@@ -149,20 +174,19 @@ def geometry(x_path, y_path, center, fmt):
       ftlab deep geometry acts.npy                     # participation ratio only
       ftlab deep geometry pre.npy post.npy --center --format json
     """
-    import numpy as np
-
     from ftlab.core.geometry import ensd, linear_cka, participation_ratio
 
-    X = np.load(x_path, allow_pickle=False)
+    X = _load_array(x_path)
     rec = {"pr_x": participation_ratio(X, center=center)}
     if y_path is not None:
-        Y = np.load(y_path, allow_pickle=False)
+        Y = _load_array(y_path)
+        same_features, same_samples = X.shape[1] == Y.shape[1], len(X) == len(Y)
+        if not (same_features or same_samples):
+            raise ValueError(f"{x_path} is {X.shape[0]} x {X.shape[1]} and {y_path} is {Y.shape[0]} x {Y.shape[1]}: "
+                             "ENSD needs the same samples or the same features, CKA the same samples")
         rec["pr_y"] = participation_ratio(Y, center=center)
-        if X.reshape(len(X), -1).shape[1] == Y.reshape(len(Y), -1).shape[1]:
-            rec["ensd"] = ensd(X, Y, center=center)
-        elif len(X) == len(Y):
-            rec["ensd"] = ensd(X, Y, center=center, space="samples")
-        if len(X) == len(Y):
+        rec["ensd"] = ensd(X, Y, center=center) if same_features else ensd(X, Y, center=center, space="samples")
+        if same_samples:
             rec["cka"] = linear_cka(X, Y)
             if len(X) >= 4:
                 rec["cka_unbiased"] = linear_cka(X, Y, unbiased=True)

@@ -227,75 +227,83 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     if max_batches is not None:
         check_int("max_batches", max_batches, 1)
     m = get_method(method, **parse_method_options(method_options))  # validate before loading any model
-    t0 = time.perf_counter()
-    A = build_model(source_arch, source_base, hf_class, "source base")
-    A_ft = build_model(source_arch, source_finetuned, hf_class, "source finetuned")
-    B = build_model(target_arch, target_base, hf_class, "target base")
-    if diagnose_only and m.calibration != "maps":
-        raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {method}")
-    if m.calibration is not None and data is None:
-        raise ValueError(f"--method {method} needs calibration data: give --data")
-    if m.calibration is not None and m.needs_loss and loss_ref is None:
-        raise ValueError(f"--method {method} fits maps on gradients and needs a loss: give --loss "
-                         "(activation_only runs forward passes only)")
-    loss = None if loss_ref is None else _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
-    batches = None if data is None else load_batches(data, batch_size, max_batches)
-    source_batches = target_batches = None
-    if target_data is not None and batches is not None:
-        source_batches, target_batches = batches, load_batches(target_data, batch_size, max_batches)
-        batches = None
-    opts = TransferOptions(depth_map=depth_map, seq_align=seq_align, diagnostics=m.calibration == "maps",
-                           batch_dtype=batch_dtype)
-    if diagnose_only:
-        from ftlab.core.results import save_json, to_jsonable
+    from ftlab.core.results import output_lock, staged_output
 
+    with output_lock(out_dir):  # a second run on the same --out is refused, not interleaved
+        t0 = time.perf_counter()
+        A = build_model(source_arch, source_base, hf_class, "source base")
+        A_ft = build_model(source_arch, source_finetuned, hf_class, "source finetuned")
+        B = build_model(target_arch, target_base, hf_class, "target base")
+        if diagnose_only and m.calibration != "maps":
+            raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {method}")
+        if m.calibration is not None and data is None:
+            raise ValueError(f"--method {method} needs calibration data: give --data")
+        if m.calibration is not None and m.needs_loss and loss_ref is None:
+            raise ValueError(f"--method {method} fits maps on gradients and needs a loss: give --loss "
+                             "(activation_only runs forward passes only)")
+        loss = None if loss_ref is None else _hf_loss if loss_ref == "hf" else load_callable(loss_ref, "--loss")
+        batches = None if data is None else load_batches(data, batch_size, max_batches)
+        source_batches = target_batches = None
+        if target_data is not None and batches is not None:
+            source_batches, target_batches = batches, load_batches(target_data, batch_size, max_batches)
+            batches = None
+        opts = TransferOptions(depth_map=depth_map, seq_align=seq_align, diagnostics=m.calibration == "maps",
+                               batch_dtype=batch_dtype)
+        if diagnose_only:
+            from ftlab.core.results import save_json, to_jsonable
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", RankWarning)
+                diag = diagnose(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,
+                                target_batches=target_batches)
+            inputs = {"source_base": source_base, "source_finetuned": source_finetuned, "target_base": target_base,
+                      "data": data, "loss": loss_ref}
+            report = {"ftlab_version": __version__, "inputs": inputs,
+                      **diag.report(), "rank_warnings": [str(w.message) for w in caught
+                                                         if issubclass(w.category, RankWarning)],
+                      "total_time_s": time.perf_counter() - t0}
+            json.dumps(to_jsonable(report))  # fail before writing anything if the report is not serialisable
+            out = Path(out_dir)
+            with staged_output(out) as stage:
+                save_json(stage / "diagnosis.json", report)
+            click.echo(diag.summary())
+            click.echo(f"ftlab transfer --diagnose: wrote {out}/diagnosis.json")
+            return
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RankWarning)
-            diag = diagnose(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,
-                            target_batches=target_batches)
+            res = fit_transfer(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,
+                               target_batches=target_batches)
+        rank_notes = [str(w.message) for w in caught if issubclass(w.category, RankWarning)]
+        for w in caught:
+            if not issubclass(w.category, RankWarning):
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        tv = res.task_vector
+        model = tv.apply_(B, alpha)  # B was loaded here, so in place is safe
+        bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if bad:
+            raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
         report = {"ftlab_version": __version__, "inputs": {"source_base": source_base, "source_finetuned": source_finetuned,
                                                             "target_base": target_base, "data": data, "loss": loss_ref},
-                  **diag.report(), "rank_warnings": [str(w.message) for w in caught
-                                                     if issubclass(w.category, RankWarning)],
-                  "total_time_s": time.perf_counter() - t0}
+                  "alpha": alpha, **res.report(), "rank_warnings": rank_notes, "total_time_s": time.perf_counter() - t0}
+        from ftlab.core.results import save_json, to_jsonable
+
         json.dumps(to_jsonable(report))  # fail before writing anything if the report is not serialisable
         out = Path(out_dir)
-        save_json(out / "diagnosis.json", report)
-        click.echo(diag.summary())
-        click.echo(f"ftlab transfer --diagnose: wrote {out}/diagnosis.json")
-        return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RankWarning)
-        res = fit_transfer(A, A_ft, B, batches, loss, method=m, options=opts, source_batches=source_batches,
-                           target_batches=target_batches)
-    rank_notes = [str(w.message) for w in caught if issubclass(w.category, RankWarning)]
-    for w in caught:
-        if not issubclass(w.category, RankWarning):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    tv = res.task_vector
-    model = tv.apply_(B, alpha)  # B was loaded here, so in place is safe
-    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
-        raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
-    report = {"ftlab_version": __version__, "inputs": {"source_base": source_base, "source_finetuned": source_finetuned,
-                                                        "target_base": target_base, "data": data, "loss": loss_ref},
-              "alpha": alpha, **res.report(), "rank_warnings": rank_notes, "total_time_s": time.perf_counter() - t0}
-    from ftlab.core.results import save_json, to_jsonable
+        with staged_output(out) as stage:  # all files appear together, or none (a previous set is kept)
+            save_state_dict(stage / "task_vector.safetensors", tv.state_dict(), metadata={"format": "ftlab-task-vector"})
+            save_state_dict(stage / "model.safetensors", model.state_dict(),
+                            metadata={"format": "pt", "ftlab_alpha": str(alpha)})
+            config = getattr(model, "config", None)
+            if config is not None and hasattr(config, "to_json_string"):  # make --out a loadable Hugging Face folder
+                from ftlab.core.results import atomic_write_text
 
-    json.dumps(to_jsonable(report))  # fail before writing anything if the report is not serialisable
-    out = Path(out_dir)
-    save_state_dict(out / "task_vector.safetensors", tv.state_dict(), metadata={"format": "ftlab-task-vector"})
-    save_state_dict(out / "model.safetensors", model.state_dict(), metadata={"format": "pt", "ftlab_alpha": str(alpha)})
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "to_json_string"):  # make --out a loadable Hugging Face folder
-        from ftlab.core.results import atomic_write_text
-
-        atomic_write_text(out / "config.json", config.to_json_string())
-    save_json(out / "report.json", report)
-    click.echo(f"ftlab transfer: {method}, {res.n_batches} calibration batches, "
-               f"||tau_A|| = {res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {alpha:g}; "
-               f"wrote {out}/model.safetensors, task_vector.safetensors, report.json")
-    if rank_notes:
-        click.echo(f"ftlab transfer: note: {len(rank_notes)} maps were fitted from fewer calibration rows than their "
-                   "width or from a rank-deficient cross-covariance (partly arbitrary; see rank_warnings in report.json)",
-                   err=True)
+                atomic_write_text(stage / "config.json", config.to_json_string())
+            save_json(stage / "report.json", report)
+        click.echo(f"ftlab transfer: {method}, {res.n_batches} calibration batches, "
+                   f"||tau_A|| = {res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {alpha:g}; "
+                   f"wrote {out}/model.safetensors, task_vector.safetensors, report.json")
+        if rank_notes:
+            click.echo(f"ftlab transfer: note: {len(rank_notes)} maps were fitted from fewer calibration rows than "
+                       "their width or from a rank-deficient cross-covariance (partly arbitrary; see rank_warnings in "
+                       "report.json)",
+                       err=True)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,10 +39,11 @@ from torch import nn
 from ftlab.core.hooks import Captured, capture, param_uses
 from ftlab.core.progress import progress
 from ftlab.core.stats import CrossMoments, cross_moments_nbytes
+from ftlab.core.validate import available_memory
 from ftlab.transfer.align import AffineMoments, SeqAlign, align_tokens, to_tokens
 from ftlab.transfer.spec import Point, TransportSpec
 
-__all__ = ["available_memory", "block_output_shapes", "calibration_mode", "collect_maps_stats", "collect_target_grads",
+__all__ = ["block_output_shapes", "calibration_mode", "collect_maps_stats", "collect_target_grads",
            "default_forward", "layer_cka_scores", "paired_batches", "peek"]
 
 _SOURCES = {("in", "act"): "inputs", ("in", "grad_in"): "input_grads",
@@ -92,18 +92,6 @@ def _batch_size(batch) -> int | None:
             if isinstance(v, torch.Tensor) and v.ndim:
                 return int(v.shape[0])
     return None
-
-
-def available_memory() -> float:
-    """Bytes of memory available to this process (``MemAvailable`` on Linux; inf when unknown)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024.0
-    except OSError:
-        pass
-    return math.inf
 
 
 def paired_batches(batches, source_batches, target_batches) -> tuple[Iterable, int | None]:
