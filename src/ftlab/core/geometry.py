@@ -17,9 +17,9 @@ With ``K = X^T X`` (features x features; columns mean-centred first when ``cente
   between datasets") ``ENSD(X, Y) = tr(K1) tr(K2) tr(K1 K2) / (tr(K1^2) tr(K2^2))``; ``ENSD(X, X) =
   PR(X)`` and ``0 <= ENSD <= sqrt(PR(X) PR(Y))`` (Cauchy-Schwarz); two isotropic representations
   spanning subspaces that share k dimensions have ENSD ~ k. ``space="features"`` (default) uses
-  ``K = X^T X`` as the ENSD code of Lippl & Lindsey (2024) does (X and Y need the same features, e.g. one layer before
-  and after fine-tuning); ``space="samples"`` uses the Gram matrices ``K = X X^T`` of Giaffar et al.
-  (X and Y need the same samples, any feature counts).
+  ``K = X^T X``, as the ENSD of Lippl & Lindsey (2024, arXiv 2310.02396) (X and Y need the same
+  features, e.g. one layer before and after fine-tuning); ``space="samples"`` uses the Gram
+  matrices ``K = X X^T`` of Giaffar et al. (X and Y need the same samples, any feature counts).
 * linear CKA (Kornblith, Norouzi, Lee, Hinton 2019, "Similarity of neural network
   representations revisited") ``CKA = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with
   column-centred ``Xc, Yc``; ``unbiased=True`` replaces each HSIC by the unbiased estimator of Song,
@@ -130,8 +130,8 @@ def participation_ratio(X, *, center: bool = False) -> float:
     """Participation ratio ``tr(K)^2 / tr(K^2)`` of ``X`` (``(n, p)``), ``K = X^T X``.
 
     ``center=True`` subtracts the feature means first (the covariance PR); the default matches the
-    uncentred definition of the ENSD code of Lippl & Lindsey (2024). Dimensionless, in ``[1,
-    min(n, p)]``; nan for an all-zero ``X``.
+    uncentred definition of the ENSD of Lippl & Lindsey (2024, arXiv 2310.02396). Dimensionless,
+    in ``[1, min(n, p)]``; nan for an all-zero ``X``.
     """
     X = as_matrix(X)
     if center:

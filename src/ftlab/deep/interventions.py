@@ -7,7 +7,7 @@ every definition below is ftlab's documented choice (docs/deep.md):
 * relative scale kappa (analogue of lambda_PT): :func:`ftlab.deep.rebalance_` (its own module), an
   exact function-preserving move of weight norm between early layers and the readout;
 * :func:`absolute_scale_` -- absolute scale s (analogue of c_PT): multiply every parameter by ``s``
-  (the "weight rescaling" of Lippl & Lindsey 2024);
+  (the "weight rescaling" of Lippl & Lindsey 2024, arXiv 2310.02396);
 * :func:`reinit_readout_` -- a fresh readout of scale gamma (analogue of gamma_FT);
 * :func:`balancedness` / :func:`set_balancedness_` -- the balance of a LayerNorm-free Transformer
   between its input embeddings and its readout (after the conserved quantity of Kunin et al. 2024,
@@ -115,7 +115,7 @@ def _sq_norm(params: dict[str, torch.Tensor], names) -> float:
 def absolute_scale_(model: nn.Module, s: float, *, include_readout: bool = True, include_norm: bool = True,
                     include_bias: bool = True, allow_repeat: bool = False) -> RescaleRecord:
     """Absolute scale s: multiply every parameter (optionally not the readout, normalization affine
-    parameters or biases) by ``s`` in place, as the weight rescaling of Lippl & Lindsey (2024); the
+    parameters or biases) by ``s`` in place, as the weight rescaling of Lippl & Lindsey (2024, arXiv 2310.02396); the
     analogue of c_PT. Buffers (BatchNorm running statistics) are not touched."""
     check_positive("s", s)
     norm = {f"{mn}.{pn}" if mn else pn for mn, m in model.named_modules() if isinstance(m, _NORM_TYPES)

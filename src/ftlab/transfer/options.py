@@ -49,7 +49,8 @@ class TransferOptions:
         source row each target row continues (``-1``: none), applied to every embedding table with
         ``V_B`` rows, or ``{target parameter: index array}``. E.g. ``range(-4, V - 4)`` when
         B's token id = A's id + 4 (MPNet vs BERT).
-    norm_gain : rule for norm gains, ``"vector"`` (``R_out^T tau``, [R]) or ``"diagonal"``.
+    norm_gain : rule for norm gains, ``"vector"`` (``R_out^T tau``,
+        as github.com/apanariello4/merge-and-rebase does) or ``"diagonal"``.
     seq_align : how token rows of A and B are paired (``identity``, ``interpolate``,
         ``interpolate2d``, ``mean``, ``cls``) [U].
     n_prefix : leading tokens (CLS, registers) matched one to one by ``interpolate2d``.

@@ -39,8 +39,9 @@ and variance too) and HF ``Conv1D``, which covers Hugging Face BERT, ViT, CLIP, 
 GPT-2. A 2-D parameter that belongs to no supported layer (OpenCLIP's ``visual.proj``,
 ``text_projection``) is a bare projection ``x @ P`` (a point named after the parameter, captured
 where it is multiplied). Parameters whose names match :data:`DEFAULT_ZERO` (class/positional
-embeddings, logit scale, mask/register tokens) get a zero delta, as in the third-party reference
-implementation [R]; this default is not confirmed by the BiCo paper [U]. Any other parameter of an
+embeddings, logit scale, mask/register tokens) get a zero delta, as in the public third-party BiCo
+reimplementation in github.com/apanariello4/merge-and-rebase (not the BiCo authors' code); this
+default is not confirmed by the BiCo paper [U]. Any other parameter of an
 unknown module is an error naming it.
 """
 
@@ -250,7 +251,7 @@ def infer_spec(model: nn.Module, *, zero_params: Iterable[str] = DEFAULT_ZERO,
     extra_points:
         Additional capture points (module names) referenced by ``overrides``.
     norm_gain:
-        Rule for norm gains: ``"vector"`` (``R_out^T tau``, as the reference implementation [R]) or
+        Rule for norm gains: ``"vector"`` (``R_out^T tau``, as github.com/apanariello4/merge-and-rebase does) or
         ``"diagonal"`` (the diagonal of ``R^T diag(tau) R``: a gain is a per-channel scale).
 
     A module ftlab does not know whose remaining parameters (not zeroed, not overridden) are all

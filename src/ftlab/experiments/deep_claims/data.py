@@ -1,7 +1,7 @@
 """Image data of the vision experiments: cached uint8 arrays, seeded class splits, the three tasks.
 
 Pretraining uses the Fashion-MNIST classes that are not held out (8 of 10, permuted per seed, as
-Lippl & Lindsey 2024 permute CIFAR-100's classes). Fine-tuning tasks (:data:`FT_TASKS`):
+Lippl & Lindsey 2024, arXiv 2310.02396, permute CIFAR-100's classes). Fine-tuning tasks (:data:`FT_TASKS`):
 
 * ``pt_subset`` -- 2 of the pretraining classes (the paper's class-subset task);
 * ``heldout`` -- the 2 Fashion-MNIST classes held out of pretraining;
