@@ -12,8 +12,9 @@ the strict one), ``lorder`` (l-order and PD maps), ``single_task`` (lambda does 
 implicit bias of training from scratch).
 
 Quick mode (default): coarse alpha grids, D = 400 simulations with 3 seeds, the exact FT interpolator
-as the simulated endpoint. ``--full``: 80-point grids and D = 2000 with 14 seeds (the draft scripts'
-sizes). All sweeps go through :func:`ftlab.core.sweep.run_sweep` with stores under
+as the simulated endpoint. ``--full``: 80-point grids and D = 2000 with 14 seeds (14 seeds as in the authors' notes,
+experiments/diagonal/replica/ExperimentSetup.md in github.com/Nico31415/toy-unlearning; the grid
+size and D are ftlab's choices). All sweeps go through :func:`ftlab.core.sweep.run_sweep` with stores under
 ``<out>/replica/`` (resumable).
 """
 
