@@ -90,6 +90,39 @@ def test_arms_are_paired_a_null_arm_reproduces_the_baseline_exactly(tmp_path):
     assert run(knob="gamma", when="ft", value=0.1) != base
 
 
+def test_fallback_rates_and_health():
+    assert V.fallback_rates(0.1, (0.01, 0.02, 0.05, 0.1)) == [0.1, 0.05, 0.02, 0.01]
+    assert V.fallback_rates(0.01, (0.01, 0.1)) == [0.01]
+    assert V.healthy(0.3, math.log(8)) and not V.healthy(math.inf, math.log(8))
+    assert not V.healthy(math.log(8), math.log(8))  # collapsed to chance
+    with pytest.raises(ValueError, match="lr"):
+        V.fallback_rates(0.0, (0.1,))
+
+
+@pytest.mark.usefixtures("tiny_images")
+def test_an_unhealthy_evaluation_run_is_redone_from_the_same_start_at_a_lower_rate(tmp_path):
+    """A rate tuned on one seed can diverge on another: the evaluation run is redone at the next lower
+    rate of the grid from the same initialization and batch order (identical to a direct run at that
+    rate) and records it; a tuning run keeps its failure."""
+    torch.set_num_threads(1)
+    proto = dataclasses.replace(TINY_V[0], archs=("nf_resnet18",), pt_lrs=(0.02, 1e4), ft_lrs=(0.01, 1e4),
+                                ft_max_steps=4)
+    pdict = dataclasses.asdict(proto)
+    pt = dict(arch="nf_resnet18", seed=3, knob="none", value=1.0, protocol=pdict)
+    tuned = V.pretrain_point(**pt, lr=1e4, cache=str(tmp_path / "t"), tune=True)
+    assert not V.healthy(tuned["pt_loss"], math.log(8)) and tuned["pt_retries"] == 0
+    direct = V.pretrain_point(**pt, lr=0.02, cache=str(tmp_path / "d"))
+    redone = V.pretrain_point(**pt, lr=1e4, cache=str(tmp_path / "r"))
+    assert redone["pt_retries"] == 1 and redone["pt_lr_used"] == 0.02 and direct["pt_retries"] == 0
+    assert redone["pt_loss"] == direct["pt_loss"] and redone["pt_acc"] == direct["pt_acc"]
+    ft = dict(arch="nf_resnet18", seed=3, task="heldout", n_ft=10, knob="none", when="-", value=1.0, protocol=pdict,
+              cache=str(tmp_path / "r"))
+    a = V.finetune_point(**ft, lr=1e4)
+    b = V.finetune_point(**ft, lr=0.01)
+    assert a["ft_retries"] == 1 and a["ft_lr_used"] == 0.01 and math.isfinite(a["ft_loss"])
+    assert (a["ft_loss"], a["acc"]) == (b["ft_loss"], b["acc"])
+
+
 def test_pick_lr_prefers_fastest_healthy_and_stays_off_the_edge_of_stability():
     t = pd.DataFrame({"g": ["a"] * 3 + ["b"] * 3 + ["c"] * 3, "lr": [0.01, 0.1, 1.0] * 3,
                       "loss": [0.005, 0.008, math.nan, 0.3, 0.2, 0.1, 0.05, 0.04, 2.3],

@@ -20,7 +20,9 @@ of :class:`ModularProtocol` / :class:`ModularGrid`, documented in docs/deep.md):
    of the pretrained answer), *new* tasks take ``p`` with a prime factor not dividing N. Test
    accuracy on all other pairs.
 4. Learning rates: per pretraining arm and per fine-tuning arm, chosen from ``lrs`` on a tuning
-   seed (the rate reaching the loss target in the fewest steps, else the lowest final loss).
+   seed (the rate reaching the loss target in the fewest steps, else the lowest final loss). An
+   evaluation run that diverges is redone from the same start at the next lower rate of ``lrs``
+   (``pt_lr_used`` / ``ft_lr_used`` and ``*_retries`` record it).
 """
 
 from __future__ import annotations
@@ -158,10 +160,16 @@ def pretrain_point(*, seed: int, b_init: float | None, lr: float, protocol: dict
     proto = ModularProtocol(**protocol)
     X, y = modular_data(proto.modulus, proto.modulus)
     tr, te = _split(len(y), proto.pt_frac, [seed, 11])
-    model = _model(proto, proto.modulus, seed=seed)
-    if b_init is not None:
-        set_balancedness_(model, b_init)
-    res = train_(model, X[tr], y[tr], config=_cfg(proto, lr, proto.pt_steps), seed=seed)
+    from ftlab.experiments.deep_claims.vision import fallback_rates
+
+    rates = fallback_rates(lr, proto.lrs) if save else [lr]  # a tuning run (save=False) must see divergence
+    for retries, rate in enumerate(rates):  # noqa: B007 (read after it): a diverged run is redone at a lower rate
+        model = _model(proto, proto.modulus, seed=seed)
+        if b_init is not None:
+            set_balancedness_(model, b_init)
+        res = train_(model, X[tr], y[tr], config=_cfg(proto, rate, proto.pt_steps), seed=seed)
+        if math.isfinite(res.residual):
+            break
     if save:
         path = _ckpt(cache, seed, b_init)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +179,7 @@ def pretrain_point(*, seed: int, b_init: float | None, lr: float, protocol: dict
     ok = math.isfinite(res.residual)
     return {"pt_acc": accuracy(model, X[te], y[te]) if ok else math.nan, "pt_loss": res.residual,
             "pt_steps": res.n_iter, "pt_converged": res.converged, "b_after_pt": balancedness(model) if ok else math.nan,
-            "cpu_s": time.process_time() - t0}
+            "pt_lr_used": rate, "pt_retries": retries, "cpu_s": time.process_time() - t0}
 
 
 def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protocol: dict, cache: str) -> dict:
@@ -181,19 +189,27 @@ def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protoco
     torch.set_num_threads(1)
     t0 = time.process_time()
     proto = ModularProtocol(**protocol)
-    model = _model(proto, proto.modulus)
-    model.load_state_dict(load_file(str(_ckpt(cache, seed, b if when == "init" else None))))
-    b_pt = balancedness(model)
-    if when == "post":
-        set_balancedness_(model, b)
-    reinit_readout_(model, gamma=proto.gamma, out_features=p, seed=seed * 1009 + p)
-    b_start = balancedness(model)
+    from ftlab.experiments.deep_claims.vision import fallback_rates
+
     X, y = modular_data(proto.modulus, p)
     tr, te = _split(len(y), proto.ft_frac, [seed, p, 13])
-    res = train_(model, X[tr], y[tr], config=_cfg(proto, lr, proto.ft_steps), seed=seed)
+    # tuning runs (the tuning seed) must see divergence; a diverged evaluation run is redone at the next lower rate
+    rates = [lr] if seed == proto.tune_seed else fallback_rates(lr, proto.lrs)
+    for retries, rate in enumerate(rates):  # noqa: B007 -- read after the loop
+        model = _model(proto, proto.modulus)
+        model.load_state_dict(load_file(str(_ckpt(cache, seed, b if when == "init" else None))))
+        b_pt = balancedness(model)
+        if when == "post":
+            set_balancedness_(model, b)
+        reinit_readout_(model, gamma=proto.gamma, out_features=p, seed=seed * 1009 + p)
+        b_start = balancedness(model)
+        res = train_(model, X[tr], y[tr], config=_cfg(proto, rate, proto.ft_steps), seed=seed)
+        if math.isfinite(res.residual):
+            break
     ok = math.isfinite(res.residual)
     return {"acc": accuracy(model, X[te], y[te]) if ok else math.nan, "ft_loss": res.residual, "ft_steps": res.n_iter,
-            "ft_converged": res.converged, "b_pt_end": b_pt, "b_ft_start": b_start, "cpu_s": time.process_time() - t0}
+            "ft_converged": res.converged, "b_pt_end": b_pt, "b_ft_start": b_start, "ft_lr_used": rate,
+            "ft_retries": retries, "cpu_s": time.process_time() - t0}
 
 
 def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=None,

@@ -28,7 +28,9 @@ option of :class:`VisionProtocol` / :class:`VisionGrid`, documented in docs/deep
   in the fewest steps, else the lowest final training loss, one grid step lower when the next
   larger rate diverged or collapsed. A pretraining tuning run is the first ``pt_tune_epochs``
   epochs of the real schedule; a fine-tuning one the real recipe at ``ft_tune_n`` images of
-  ``ft_tune_task``. Every tuning run is recorded.
+  ``ft_tune_task``. Every tuning run is recorded. The rate is tuned on one seed: an evaluation run
+  that diverges (or, in pretraining, collapses to chance) is redone from the same start at the next
+  lower rate of the grid, and the rate it used is recorded (``pt_lr_used``, ``ft_lr_used``).
 * **Pairing**: for a seed, every arm sees the same class split, pretraining images and batch
   order, fine-tuning images, readout draw (up to its scale) and batch order.
 * **Measures**: test accuracy on ``n_test`` test images of the task; the reached training loss of
@@ -58,7 +60,7 @@ from ftlab.experiments.deep_claims.data import FT_TASKS, N_PT_CLASSES, balanced_
 from ftlab.experiments.training import TrainConfig, TrainResult, accuracy, train_
 
 __all__ = ["ARCHS", "FULL", "QUICK", "Arm", "VisionGrid", "VisionProtocol", "arms", "elr_table", "finetune_point",
-           "pick_lr", "pretrain_point", "run_vision"]
+           "fallback_rates", "healthy", "pick_lr", "pretrain_point", "run_vision"]
 
 ARCHS = ("resnet18", "nf_resnet18")
 Arm = tuple[str, str, float]  # (knob, when, value)
@@ -204,7 +206,9 @@ def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, 
                    tune: bool = False) -> dict:
     """Pretrain one network (initialized, then intervened at init for the kappa/s arms); save it unless
     ``tune`` (a learning-rate tuning run of ``pt_tune_epochs`` epochs). Returns the reached training
-    loss, steps, epochs, convergence and the test accuracy on the pretraining classes."""
+    loss, steps, epochs, convergence and the test accuracy on the pretraining classes. A run that is
+    not :func:`healthy` (diverged or collapsed) is redone from the same initialization at the next lower
+    rate of ``pt_lrs`` (not a tuning run); ``pt_lr_used`` and ``pt_retries`` record it."""
     from safetensors.torch import save_file
 
     torch.set_num_threads(1)
@@ -213,12 +217,16 @@ def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, 
     x, y, k = pt_pool("train", seed)
     idx = balanced_subset(y, proto.n_pt, seed=[seed, 1])
     X, Y = to_tensor(x[idx], proto.downsample), torch.from_numpy(y[idx])
-    model = _model(arch, k, proto.width, seed=seed)
-    if knob == "kappa":
-        rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
-    elif knob == "s":
-        _absolute_(model, arch, value)
-    res = _fit(model, X, Y, lr=lr, proto=proto, seed=seed, stage="pt", tune=tune)
+    rates = [lr] if tune else fallback_rates(lr, proto.pt_lrs)
+    for retries, rate in enumerate(rates):  # noqa: B007 (read after it): an unhealthy run is redone lower
+        model = _model(arch, k, proto.width, seed=seed)
+        if knob == "kappa":
+            rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
+        elif knob == "s":
+            _absolute_(model, arch, value)
+        res = _fit(model, X, Y, lr=rate, proto=proto, seed=seed, stage="pt", tune=tune)
+        if healthy(res.residual, math.log(k)):
+            break
     xt, yt, _ = pt_pool("test", seed)
     ti = np.random.default_rng([seed, 5]).permutation(len(yt))[:proto.n_test]
     acc = accuracy(model, to_tensor(xt[ti], proto.downsample), torch.from_numpy(yt[ti])) if math.isfinite(
@@ -230,7 +238,7 @@ def pretrain_point(*, arch: str, seed: int, knob: str, value: float, lr: float, 
         save_file({n: t.contiguous() for n, t in model.state_dict().items()}, str(tmp))
         tmp.replace(path)
     return {"pt_loss": res.residual, "pt_steps": res.n_iter, "pt_epochs": res.epochs, "pt_converged": res.converged,
-            "pt_acc": acc, "cpu_s": time.process_time() - t0}
+            "pt_acc": acc, "pt_lr_used": rate, "pt_retries": retries, "cpu_s": time.process_time() - t0}
 
 
 def _load(arch: str, proto: VisionProtocol, cache: str, seed: int, arm: Arm, k_pt: int) -> torch.nn.Module:
@@ -245,23 +253,32 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
                    protocol: dict, cache: str, geometry: bool = False) -> dict:
     """One fine-tuning run: load the pretrained network of the arm, rebalance it (kappa after PT),
     re-initialize the readout (gamma), fine-tune, evaluate; optionally per-stage geometry against
-    the unintervened pretrained network of the same seed."""
+    the unintervened pretrained network of the same seed. An evaluation run (not the tuning seed) whose
+    loss diverges is redone from the same start at the next lower rate of ``ft_lrs``; ``ft_lr_used``
+    and ``ft_retries`` record it."""
     torch.set_num_threads(1)
     t0 = time.process_time()
     proto = VisionProtocol(**protocol)
     arm: Arm = (knob, when, float(value))
     k_pt = N_PT_CLASSES
-    model = _load(arch, proto, cache, seed, arm, k_pt)
-    if knob == "kappa" and when == "post":
-        rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
     x, y, k = task_pool(task, "train", seed)
     tid = FT_TASKS.index(task)
     gamma = float(value) if knob == "gamma" else proto.gamma_default
-    reinit_readout_(model, gamma=gamma, out_features=k, seed=seed * 100003 + tid * 1009 + n_ft)
     idx = balanced_subset(y, n_ft, seed=[seed, tid, n_ft])
     X_ft, y_ft = to_tensor(x[idx], proto.downsample), torch.from_numpy(y[idx])
-    res = _fit(model, X_ft, y_ft, lr=lr, proto=proto, seed=seed, stage="ft")
-    rec: dict = {"ft_loss": res.residual, "ft_steps": res.n_iter, "ft_converged": res.converged}
+    # tuning runs (the tuning seed) must see divergence; evaluation runs that diverge are redone from the
+    # same start at the next lower rate of the grid (recorded), so no arm loses a seed by diverging
+    rates = [lr] if seed == proto.tune_seed else fallback_rates(lr, proto.ft_lrs)
+    for retries, rate in enumerate(rates):  # noqa: B007 -- read after the loop
+        model = _load(arch, proto, cache, seed, arm, k_pt)
+        if knob == "kappa" and when == "post":
+            rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
+        reinit_readout_(model, gamma=gamma, out_features=k, seed=seed * 100003 + tid * 1009 + n_ft)
+        res = _fit(model, X_ft, y_ft, lr=rate, proto=proto, seed=seed, stage="ft")
+        if math.isfinite(res.residual):
+            break
+    rec: dict = {"ft_loss": res.residual, "ft_steps": res.n_iter, "ft_converged": res.converged, "ft_lr_used": rate,
+                 "ft_retries": retries}
     if not math.isfinite(res.residual):
         return {**rec, "acc": math.nan, "cpu_s": time.process_time() - t0}
     if proto.bn_recalibrate and arch == "resnet18":
@@ -276,11 +293,29 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
         gi = balanced_subset(y, min(proto.n_geometry, len(y)), seed=[seed, tid, 3])
         Xg = to_tensor(x[gi], proto.downsample)
         ref = activations(_load(arch, proto, cache, seed, BASELINE, k_pt), Xg, list(proto.stages))
-        for row in layer_geometry(ref, model, Xg, list(proto.stages), space="samples"):
-            for key in ("pr_pre", "pr_pre_c", "pr_post", "pr_post_c", "ensd", "ensd_c", "cka"):
-                rec[f"{key}:{row['layer']}"] = row[key]
+        post = activations(model, Xg, list(proto.stages))
+        if all(np.isfinite(np.asarray(v)).all() for v in (*ref.values(), *post.values())):
+            for row in layer_geometry(ref, model, Xg, list(proto.stages), space="samples"):
+                for key in ("pr_pre", "pr_pre_c", "pr_post", "pr_post_c", "ensd", "ensd_c", "cka"):
+                    rec[f"{key}:{row['layer']}"] = row[key]
+        else:  # an unhealthy reference or network: no geometry, recorded as such (the claim-4 rows skip it)
+            rec["geometry_nonfinite"] = True
     rec["cpu_s"] = time.process_time() - t0
     return rec
+
+
+def healthy(loss: float, chance: float) -> bool:
+    """A training run is healthy when its final loss is finite and below half the ``chance`` loss
+    (``log k``): diverged and collapsed (dead-ReLU) runs are not."""
+    return bool(math.isfinite(loss) and loss < 0.5 * chance)
+
+
+def fallback_rates(lr: float, grid: tuple[float, ...]) -> list[float]:
+    """``lr`` followed by the smaller rates of ``grid``, largest first: the rates an evaluation run tries
+    in turn when a run is unhealthy (the chosen rate was tuned on one seed; another seed may cross the
+    edge of stability, and the grid's largest rate has no tested neighbour above it)."""
+    check_positive("lr", lr)
+    return [float(lr), *sorted((float(r) for r in grid if r < lr), reverse=True)]
 
 
 def pick_lr(tune: pd.DataFrame, keys: list[str], *, loss: str, steps: str, converged: str,
