@@ -152,7 +152,10 @@ def test_sigint_says_how_to_resume_and_keeps_the_store(tmp_path):
     out = tmp_path / "curve"
     proc = subprocess.Popen([sys.executable, "-m", "ftlab.cli.main", "theory", "curve", "--alphas", "0.05:0.45:8",
                              "--seeds", "40", "--dim", "300", "--workers", "1", "--out", str(out)],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            # a shell without job control starts background jobs with SIGINT ignored, and an
+                            # ignored SIGINT is inherited: give the child the default action, as a terminal does
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not (out / "simulations.jsonl").exists():
         time.sleep(0.2)
