@@ -178,10 +178,23 @@ def align_tokens(a: torch.Tensor, b: torch.Tensor, mode: SeqAlign = "identity", 
     return a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
 
 
+def _svd(M: torch.Tensor, full_matrices: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.linalg.svd``; where its divide-and-conquer driver fails to converge (it does on some
+    ill-conditioned float64 cross-covariances of real pretrained pairs), LAPACK's slower, more robust
+    ``gesvd`` driver (through SciPy) on the same matrix."""
+    try:
+        return torch.linalg.svd(M, full_matrices=full_matrices)
+    except torch.linalg.LinAlgError:
+        import scipy.linalg
+
+        u, s, vh = scipy.linalg.svd(M.detach().cpu().numpy(), full_matrices=full_matrices, lapack_driver="gesvd")
+        return tuple(torch.from_numpy(x).to(device=M.device, dtype=M.dtype) for x in (u, s, vh))  # type: ignore[return-value]
+
+
 def procrustes(C: torch.Tensor) -> torch.Tensor:
     """Polar factor ``U V^T`` of ``C = U S V^T`` (thin SVD in float64): the Procrustes map of ``C``."""
     C = C.to(torch.float64)
-    U, _, Vh = torch.linalg.svd(C, full_matrices=False)
+    U, _, Vh = _svd(C)
     return U @ Vh
 
 
@@ -365,7 +378,12 @@ def procrustes_similarity(stats: CrossMoments, center: bool = False) -> float:
         trb -= stats.n * float(stats.b.mean @ stats.b.mean)
     if tra <= 0 or trb <= 0:
         return math.nan
-    return float(torch.linalg.svdvals(stats.covariance(center=center)).sum()) / math.sqrt(tra * trb)
+    C = stats.covariance(center=center)
+    try:
+        sv = torch.linalg.svdvals(C)
+    except torch.linalg.LinAlgError:
+        sv = _svd(C.to(torch.float64))[1]
+    return float(sv.sum()) / math.sqrt(tra * trb)
 
 
 _EPS64 = torch.finfo(torch.float64).eps
@@ -403,7 +421,7 @@ def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: in
         C2 = st.covariance(center=center).to(device=Up.device, dtype=torch.float64)
         M = Up.T @ C2 @ Vp
         scale, tol_stats = float(torch.linalg.norm(C2)), st
-    U2, s2, V2h = torch.linalg.svd(M, full_matrices=True)
+    U2, s2, V2h = _svd(M, full_matrices=True)
     tol = _rtol(tol_stats, da, db, rank_rtol) * scale
     r2 = int((s2 > tol).sum()) if scale > 0 else 0
     part = (Up @ U2[:, :r2]) @ (V2h[:r2] @ Vp.T)
@@ -449,7 +467,7 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
         wa = _inv_power(stats.a.scatter(center=center), whiten_p, eps)
         C = wa @ C @ _inv_power(stats.b.scatter(center=center), whiten_p, eps)
-    U, sv, Vh = torch.linalg.svd(C, full_matrices=False)
+    U, sv, Vh = _svd(C)
     if whiten_p == 0 and isinstance(stats, CrossMoments):
         tra, trb = stats.a.sq_sum, stats.b.sq_sum
         if center:
@@ -462,7 +480,7 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
     rank = min(rank, max(stats.n - int(center), 0))
     used = []
     if rank < k:
-        Uf, _, Vhf = torch.linalg.svd(C, full_matrices=True) if da != db else (U, sv, Vh)
+        Uf, _, Vhf = _svd(C, full_matrices=True) if da != db else (U, sv, Vh)
         R, used = _complete(Uf[:, rank:], Vhf[rank:].T, chain, center=center, da=da, db=db, rank_rtol=rank_rtol)
         R = R + Uf[:, :rank] @ Vhf[:rank]
         filled = ", ".join(f"{label} ({d})" for label, d in used) or "nothing"
