@@ -19,7 +19,8 @@ For one source encoder A and target encoder B, one task and one seed (:func:`eva
    share of the task vector that carries over (``record="estimate"``), when the library provides one.
 
 Points of one resumable :func:`ftlab.core.sweep.run_sweep`: ``("vision", task, seed)`` runs every
-EfficientNet pair (each model fine-tuned once), ``("text", pair, task, seed)`` one text pair,
+EfficientNet pair (each model fine-tuned once; with ``split_vision_pairs`` one point per pair, which balances
+two workers better at the cost of fine-tuning a shared model twice), ``("text", pair, task, seed)`` one text pair,
 ``("family", task, seed)`` every controlled ViT setting. Every point sets ``torch.set_num_threads(1)``
 and draws everything from its seed, so a point's rows do not depend on the machine's thread count
 or on which worker ran it.
@@ -43,8 +44,8 @@ from ftlab.experiments.training import TrainConfig
 from ftlab.experiments.transfer_accuracy.finetune import recipe
 
 __all__ = ["BenchmarkConfig", "CALIBRATIONS", "Prepared", "TRANSFER_METHODS", "benchmark_point", "calibration_batches",
-           "evaluate_pair", "family_point", "full_config", "prepare", "quick_config", "run_benchmark", "text_point",
-           "tiny_config", "vision_point"]
+           "evaluate_pair", "family_point", "full_config", "prepare", "quick_config", "reduced_full_config",
+           "run_benchmark", "text_point", "tiny_config", "vision_point"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,11 @@ CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
 TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.model.embeddings.word_embeddings",
                                  "encoder.model.encoder.relative_attention_bias")
 _GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+#: Options of every transfer unless a configuration says otherwise: centred cross-covariances, the calibration
+#: variant with the best validation accuracy at alpha = 1 in the item-4 investigation
+#: (:mod:`~ftlab.experiments.transfer_accuracy.investigate`, ``benchmarks/diag_transfer_alignment.py``); the
+#: paper's BiCo does not centre (``transfer={}``).
+DEFAULT_TRANSFER: dict = {"center": True}
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,10 @@ class BenchmarkConfig:
     (:data:`~ftlab.experiments.transfer_accuracy.family.SETTINGS`) on ``family_tasks`` with
     ``family_seeds``, ``family_n_*`` images, ``family_finetune``.
     Methods (:meth:`plan`): ``methods`` on every task with the first calibration set; ``ablation_methods`` with
-    it too, on ``ablation_tasks`` only (empty: every task); ``other_cal_methods`` with the other calibration sets;
-    ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair.
+    it too, on ``ablation_tasks`` only (empty: every task) and, for real pairs, ``ablation_pairs`` only (empty: every
+    pair); ``other_cal_methods`` with the other calibration sets;
+    ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair. ``split_vision_pairs``: one sweep
+    point per (EfficientNet pair, task, seed) instead of per (task, seed).
     Transfer: ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
     calibration loss, :data:`~ftlab.experiments.transfer_accuracy.finetune.LOSS_KINDS`), ``alpha_grid``
     (searched on validation, the same for every method), ``transfer`` (options passed to every
@@ -117,10 +125,12 @@ class BenchmarkConfig:
     cal_batch_size: int = 32
     alpha_grid: tuple[float, ...] = _GRID
     cal_loss: str = "ce"
-    transfer: dict = field(default_factory=dict)
+    transfer: dict = field(default_factory=lambda: dict(DEFAULT_TRANSFER))
     vision_transfer: dict = field(default_factory=dict)
     text_transfer: dict = field(default_factory=dict)
     diagnose: bool = True
+    split_vision_pairs: bool = False
+    ablation_pairs: tuple[str, ...] = ()
 
     def __post_init__(self):
         from ftlab.experiments.transfer_accuracy.family import SETTINGS
@@ -169,7 +179,8 @@ class BenchmarkConfig:
         if "mpnet" in pair:
             return {self.calibrations[0]: tuple(self.heavy_methods)}
         first = list(self.methods)
-        if not self.ablation_tasks or task in self.ablation_tasks:
+        if ((not self.ablation_tasks or task in self.ablation_tasks)
+                and (not pair or not self.ablation_pairs or pair in self.ablation_pairs)):
             first += [m for m in self.ablation_methods if m not in first]
         out = {self.calibrations[0]: tuple(first)}
         for c in self.calibrations[1:]:
@@ -195,8 +206,9 @@ class BenchmarkConfig:
         light = [p for p in text_pairs if p not in heavy]
         pts = [{"kind": "text", "pair": p, "task": t, "seed": s, "config": cfg}
                for p in heavy for t in self.text_tasks for s in self.text_seeds]
-        pts += [{"kind": "vision", "pair": "", "task": t, "seed": s, "config": cfg}
-                for t in self.image_tasks for s in self.seeds] if self.vision_pairs else []
+        vision_pairs = list(self.vision_pairs) if self.split_vision_pairs else [""]
+        pts += [{"kind": "vision", "pair": p, "task": t, "seed": s, "config": cfg}
+                for p in vision_pairs for t in self.image_tasks for s in self.seeds] if self.vision_pairs else []
         pts += [{"kind": "text", "pair": p, "task": t, "seed": s, "config": cfg}
                 for p in light for t in self.text_tasks for s in self.text_seeds]
         pts += [{"kind": "family", "pair": "", "task": t, "seed": s, "config": cfg}
@@ -205,16 +217,35 @@ class BenchmarkConfig:
 
 
 def quick_config() -> BenchmarkConfig:
-    """The default of ``ftlab reproduce transfer`` (a few minutes on 2 cores with warm caches): the three
-    EfficientNet pairs on 2 tasks, MiniLM-L3 -> L6 on one task, the ViT family's dose-response axis on 2
-    tasks, 3 seeds, 100-sample calibration, a short alpha grid."""
-    return BenchmarkConfig(image_tasks=("fashion_tops", "mnist_noise"), n_train=300, n_val=150, n_test=500,
-                           vision_finetune=recipe(lr=0.03, epochs=4), text_pairs=("minilm_l3->minilm_l6",),
-                           text_tasks=("wordnet_nouns",), text_n_train=300, text_n_val=150, text_n_test=400,
+    """The default of ``ftlab reproduce transfer`` (about ten minutes on 2 cores with warm caches): the real text
+    pair MiniLM-L3 -> L6 on ``wordnet_nouns`` and the ViT family's relatedness axis on ``digits``, 3 seeds, 100-sample
+    calibration, naive / activation-only / BiCo, a short alpha grid. The EfficientNet pairs are left to
+    :func:`reduced_full_config` and :func:`full_config`: one BiCo fit of an EfficientNet pair costs about 2 min of
+    one core (the SVDs of its 480-1152-wide maps), so one pair alone is over the quick budget."""
+    return BenchmarkConfig(vision_pairs=(), text_pairs=("minilm_l3->minilm_l6",), text_tasks=("wordnet_nouns",),
+                           text_n_train=300, text_n_val=150, text_n_test=400,
                            family_settings=("permuted", "continued_4ep", "independent", "width"),
-                           family_tasks=("digits", "fashion_tops_rot180"), family_n_val=200, family_n_test=500,
-                           methods=("naive", "bico_input_only", "bico_output_only", "activation_only", "bico"),
-                           calibrations=("n100",), alpha_grid=(0.25, 0.5, 1.0, 1.5, 2.0))
+                           family_tasks=("digits",), family_n_val=200, family_n_test=500,
+                           methods=("naive", "activation_only", "bico"), ablation_methods=(), calibrations=("n100",),
+                           alpha_grid=(0.25, 0.5, 1.0, 1.5, 2.0))
+
+
+def reduced_full_config() -> BenchmarkConfig:
+    """The reduced ``--full`` run recorded in docs/transfer-benchmark.md (``bench_transfer_benchmark.py --full
+    --reduced``, under an hour of 2 cores): the three EfficientNet pairs on ``fashion_tops`` (one sweep point per
+    pair and seed, pair by pair), MiniLM-L3 -> L6 on ``wordnet_nouns``, the ViT family's relatedness axis and the
+    wider target on ``digits``; 3 seeds; naive, activation-only and BiCo with 100 samples everywhere, and the
+    one-sided ablations and gradient-only on the width-only pair ``lite1->lite2``, the text pair and the ViTs.
+    Left out of :func:`full_config`: four of the five image tasks, ``wordnet_verbs``, all-mpnet-base-v2, three of the
+    four ViT tasks and the ``depth`` ViT, GradFix and the 5-per-class calibration. Recipes, sizes and the alpha grid
+    are :func:`full_config`'s."""
+    return BenchmarkConfig(image_tasks=("fashion_tops",), split_vision_pairs=True,
+                           text_pairs=("minilm_l3->minilm_l6",), text_tasks=("wordnet_nouns",),
+                           family_settings=("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining",
+                                            "width"), family_tasks=("digits",),
+                           ablation_methods=("bico_input_only", "bico_output_only", "gradient_only"),
+                           ablation_tasks=(), ablation_pairs=("lite1->lite2", "minilm_l3->minilm_l6"),
+                           calibrations=("n100",))
 
 
 def full_config() -> BenchmarkConfig:
@@ -374,8 +405,9 @@ def _scorer(splits: dict, classes=None):
     return score
 
 
-def vision_point(task: str, seed: int, config: dict) -> list[dict]:
-    """Every EfficientNet pair for one (task, seed): probes, fine-tunings (each model once), transfers."""
+def vision_point(task: str, seed: int, config: dict, pair: str = "") -> list[dict]:
+    """Every EfficientNet pair for one (task, seed) (only ``pair`` if given): probes, fine-tunings (each model
+    once), transfers. A model's probe and fine-tuning are drawn from (task, seed) alone, whichever pairs share it."""
     import torch
 
     from ftlab.experiments.transfer_accuracy.finetune import finetune, task_loss
@@ -401,7 +433,7 @@ def vision_point(task: str, seed: int, config: dict) -> list[dict]:
         return models[key]
 
     rows = []
-    for name in cfg.vision_pairs:
+    for name in ([pair] if pair else cfg.vision_pairs):
         p = PAIRS[name]
         (a, a_ft), (b, b_ft) = model(p.source), model(p.target)
         rows += evaluate_pair(setting=name, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
@@ -557,7 +589,7 @@ def benchmark_point(kind: str, pair: str, task: str, seed: int, config: dict, ca
     """One sweep point (see the module docstring)."""
     check_choice("kind", kind, ("vision", "text", "family"))
     if kind == "vision":
-        return vision_point(task, seed, config)
+        return vision_point(task, seed, config, pair)
     if kind == "text":
         return text_point(pair, task, seed, config)
     return family_point(task, seed, config, cache)
