@@ -6,8 +6,8 @@
   reproduction itself is not rerun here.
 * Side by side in one process, one thread: a training step (batch 64) of both vision architectures at
   the protocol's size (width 8, 14x14 inputs) against 28x28 inputs and width 16 (why the protocol
-  downsamples), and bf16 autocast / channels-last, each tried in a subprocess because they crash
-  (segfault) in torch 2.13.0+cpu on CPUs without AVX-512; the cost of :func:`ftlab.deep.rebalance_`
+  downsamples), and bf16 autocast / channels-last, each tried in a subprocess because they have
+  crashed (segfault) in torch 2.13.0+cpu on CPUs without AVX-512; the cost of :func:`ftlab.deep.rebalance_`
   (torch.fx trace and least-squares solve) on a ResNet-18.
 
 Run: ``.venv/bin/python benchmarks/bench_deep.py --report /tmp/rep --full-report /tmp/rep-full``
