@@ -101,6 +101,16 @@ def _elr_markdown(elr: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _redone(*tables: pd.DataFrame) -> int:
+    """How many runs of the tables were redone at a lower rate (their ``*_retries`` columns)."""
+    n = 0
+    for t in tables:
+        for col in ("pt_retries", "ft_retries"):
+            if col in t.columns:
+                n += int((pd.to_numeric(t[col], errors="coerce").fillna(0) > 0).sum())
+    return n
+
+
 def run(ctx: ReportContext) -> str:
     from ftlab.data import DatasetMissing
     from ftlab.experiments.deep_claims import modular as M
@@ -180,7 +190,10 @@ def run(ctx: ReportContext) -> str:
            f"(largest reached loss {ft.ft_loss.max():.3g}). Transformer: pretraining loss median "
            f"{mpt.pt_loss.median():.3g}, test accuracy {mpt.pt_acc.mean():.3f} on (a + b) mod {mproto.modulus}; "
            f"{100 * mft.ft_converged.astype(bool).mean():.0f}% of {len(mft)} fine-tunings reached the target. "
-           "The learning rates chosen per arm are in the `lr` columns of the tables.", ""]
+           "The learning rates chosen per arm are in the `lr` columns of the tables; "
+           f"{_redone(pt, ft, mpt, mft)} evaluation runs that diverged (or, in vision pretraining, collapsed) at "
+           "that rate were redone from the same start at the next lower rate of the grid (`pt_lr_used`, "
+           "`ft_lr_used`).", ""]
     if not own.empty:
         md += ["**ftlab's own findings** (claims the paper does not make; their own Holm family, never counted "
                "with the paper's):", "", claims_markdown(own, own=True), ""]

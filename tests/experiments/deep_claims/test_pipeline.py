@@ -261,6 +261,16 @@ def test_report_section_renders_claims_and_figures(tmp_path, monkeypatch):
     table = pd.read_csv(tmp_path / "deep" / "claims.csv")
     assert set(table.verdict) <= {"reproduced", "reversed", "no effect", "inconclusive"}
     assert "indicative only" in md and "](deep/fig_claim1_kappa.png)" in md
+    assert "redone from the same start at the next lower rate" in md
     assert (tmp_path / "deep" / "fig_claim1_kappa.png").exists()
     for statement in set(table.paper_statement):
         assert statement in md
+
+
+def test_report_counts_the_runs_redone_at_a_lower_rate():
+    from ftlab.report.deep import _redone
+
+    pt = pd.DataFrame({"pt_retries": [0, 1, 2, float("nan")]})
+    ft = pd.DataFrame({"ft_retries": [0, 0, 1]})
+    old = pd.DataFrame({"acc": [0.5]})  # a table from before retries were recorded
+    assert _redone(pt, ft, old) == 3 and _redone(old) == 0
