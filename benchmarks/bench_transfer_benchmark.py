@@ -40,7 +40,7 @@ def generated_markdown(raw, cfg, mode: str, wall_min: float, label: str | None =
         real_pairs_gap,
         summary_table,
     )
-    from ftlab.report.transfer import _layer_markdown, _verdict_table, headline_markdown
+    from ftlab.report.transfer import _layer_markdown, _verdict_table, headline_markdown, pairs_markdown
 
     table = summary_table(raw)
     gaps = gap_closed(raw)
@@ -53,6 +53,9 @@ def generated_markdown(raw, cfg, mode: str, wall_min: float, label: str | None =
     if len(head):
         parts.append("#### Gap closed, averaged over the real pairs (per seed; mean [95% t-interval])\n\n"
                      + headline_markdown(head))
+    parts.append("#### Per setting: base and fine-tuned accuracy, share of the gap closed by each method "
+                 f"(calibration {cfg.calibrations[0]}; mean [95% t-interval] over seeds)\n\n"
+                 + pairs_markdown(gaps, table, [*real, *family], calibration=cfg.calibrations[0]))
     paper = judge_claims(raw, PAPER_CLAIMS, real)
     mine = judge_findings(raw, ftlab_findings(raw, real, DOSE_SETTINGS), real)
     parts.append("#### The paper's claims, judged here\n\n" + _verdict_table(paper, paper=True))
