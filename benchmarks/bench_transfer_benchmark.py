@@ -139,10 +139,12 @@ def main() -> None:
             "| run | date | points | bases pretrained in this run | load average (start / end) | wall time | target |\n"
             "|---|---|---|---|---|---|---|\n" + rows + "\n"
             "A point is one (task, seed) of the EfficientNet pairs (each model fine-tuned once, every pair "
-            "transferred), one (pair, task, seed) of text, or one (task, seed) of the controlled ViT family. "
-            "Pretraining one controlled base takes 1-2 min; it is cached in `$FTLAB_CACHE`. One BiCo fit of an "
-            "EfficientNet pair (100 calibration samples) costs 30-70 s of one core, almost all of it in the SVDs of "
-            "the 480-1152-wide maps (`fit_s`)."))
+            "transferred; one (pair, task, seed) in the reduced run), one (pair, task, seed) of text, or one "
+            "(task, seed) of the controlled ViT family. "
+            "Pretraining one controlled base takes 1-2 min; it is cached in `$FTLAB_CACHE`. One transfer of an "
+            "EfficientNet pair with 100 calibration samples costs 35-90 s of one core (BiCo with its per-layer "
+            "diagnostics 115-180 s, measured 2026-12-03), almost all of it in the SVDs of the 480-1152-wide maps "
+            "(`fit_s`)."))
     atomic_write_text(ROOT / "docs" / "transfer-benchmark.csv",
                       summary_table(raw).to_csv(index=False, float_format="%.4f"))
     replace_block(ROOT / "docs" / "transfer-benchmark.md", f"<!-- BEGIN generated {mode} -->",
