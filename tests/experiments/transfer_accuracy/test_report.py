@@ -68,3 +68,30 @@ def test_pairs_table_puts_base_finetuned_and_every_method_side_by_side():
 
     head = headline_markdown(real_pairs_gap(raw, ["p"]))
     assert "| n100 | = 1 |" in head and "50% [" in head
+
+
+def test_report_section_runs_and_links_its_sources(tmp_path, monkeypatch, tiny_images):
+    """run(ctx) on a seconds-long configuration: Markdown with the per-setting table, links to the CSVs it wrote."""
+    import re
+
+    import ftlab.experiments.transfer_accuracy.family as family
+    import ftlab.experiments.transfer_accuracy.run as R
+    import ftlab.report.transfer as T
+    from ftlab.report import ReportContext
+
+    tiny = family.BaseSpec("tiny-src", width=8, depth=1, heads=2, n_per_source=32, epochs=1, batch_size=32)
+    perm = family.BaseSpec("tiny-perm", width=8, depth=1, heads=2, n_per_source=32, seed=9, parent="tiny-src",
+                           epochs=0, permute_seed=9)
+    monkeypatch.setattr(family, "FAMILY", {"tiny-src": tiny, "tiny-perm": perm})
+    monkeypatch.setattr(family, "SETTINGS", {"permuted": ("tiny-src", "tiny-perm")})
+    monkeypatch.setattr(family, "DOSE_SETTINGS", ("permuted",))
+    monkeypatch.setattr(R, "quick_config", lambda: R.tiny_config(methods=("naive", "bico")))
+    monkeypatch.setattr(T, "check_data", lambda full=False: [])
+    monkeypatch.setenv("FTLAB_CACHE", str(tmp_path / "cache"))
+    ctx = ReportContext(out_dir=tmp_path, workers=1)
+    md = T.run(ctx)
+    assert "### Per setting" in md and "| permuted |" in md
+    links = re.findall(r"\]\((transfer/[^)]+)\)", md)
+    assert "transfer/raw.csv" in links and "transfer/verdicts.csv" in links
+    for link in links:
+        assert (tmp_path / link).exists(), link
