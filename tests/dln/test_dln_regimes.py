@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ftlab.dln import k_from_pt, l_order, l_order_of_t, metrics, pretraining_dependence, q_k, regime
@@ -15,7 +15,12 @@ from ftlab.dln import k_from_pt, l_order, l_order_of_t, metrics, pretraining_dep
     c=st.floats(1e-8, 1e4), lam=st.floats(-1, 1), gamma=st.floats(0, 1e3),
     b_pt=st.floats(0, 1e6), b_ft=st.floats(0, 1e6),
 )
+@example(c=1.0, lam=-1.0, gamma=0.0, b_pt=1.0, b_ft=1.0)  # the zero saddle, every run
 def test_bounds_hold_everywhere(c, lam, gamma, b_pt, b_ft):
+    if lam == -1.0 and gamma == 0.0:  # the zero saddle is refused everywhere (ftlab.dln.bias.check_scales)
+        with pytest.raises(ValueError, match="saddle"):
+            metrics(beta_pt=b_pt, beta_ft=b_ft, c=c, lam=lam, gamma=gamma)
+        return
     m = metrics(beta_pt=b_pt, beta_ft=b_ft, c=c, lam=lam, gamma=gamma)
     assert 1.0 - 1e-12 <= m.l_order <= 2.0 + 1e-12
     assert -1.0 - 1e-12 <= m.pd <= 1e-12
