@@ -17,7 +17,7 @@ import time
 
 from ftlab.report import DataUnavailable, ReportContext
 
-__all__ = ["check_data", "run"]
+__all__ = ["check_data", "headline_markdown", "layer_markdown", "pairs_markdown", "run", "verdict_table"]
 
 
 def check_data(*, full: bool = False) -> list[str]:
@@ -53,7 +53,7 @@ def _pct(x: float, digits: int = 0) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}%"
 
 
-def _verdict_table(rows, *, paper: bool) -> str:
+def verdict_table(rows, *, paper: bool) -> str:
     head = ("| claim (as issue 14 states the paper's) | measured here | effect [95% interval] | seeds | verdict |"
             if paper else "| ftlab's finding | measured here | effect [95% interval] | seeds | verdict |")
     lines = [head, "|---|---|---|---|---|"]
@@ -66,7 +66,7 @@ def _verdict_table(rows, *, paper: bool) -> str:
     return "\n".join(lines)
 
 
-def _layer_markdown(layers) -> str:
+def layer_markdown(layers) -> str:
     if not len(layers):
         return "*No layer diagnostics in this run.*"
     lines = ["| setting | relative depth | layers | CKA inputs | CKA output gradients | Procrustes similarity of "
@@ -120,20 +120,10 @@ def pairs_markdown(gaps, table, settings, *, calibration: str = "n100") -> str:
 
 def run(ctx: ReportContext) -> str:
     from ftlab.core.results import save_table
-    from ftlab.experiments.transfer_accuracy.claims import PAPER_CLAIMS, ftlab_findings, judge_claims, judge_findings
+    from ftlab.experiments.transfer_accuracy.claims import summarize
     from ftlab.experiments.transfer_accuracy.family import DOSE_SETTINGS
-    from ftlab.experiments.transfer_accuracy.pairs import PAIRS
     from ftlab.experiments.transfer_accuracy.run import full_config, quick_config, run_benchmark
-    from ftlab.experiments.transfer_accuracy.table import (
-        bar_chart,
-        dose_response_chart,
-        estimate_ranking,
-        gap_closed,
-        layer_table,
-        markdown_tables,
-        real_pairs_gap,
-        summary_table,
-    )
+    from ftlab.experiments.transfer_accuracy.table import bar_chart, dose_response_chart, estimate_ranking, markdown_tables
 
     notes = check_data(full=ctx.full)
     cfg = full_config() if ctx.full else quick_config()
@@ -144,18 +134,13 @@ def run(ctx: ReportContext) -> str:
     wall = time.perf_counter() - t0
     params = cfg.to_dict()
     save_table(raw, out / "raw.csv", params=params, seed=ctx.seed)
-    table = summary_table(raw)
-    gaps = gap_closed(raw)
-    real = [p for p in PAIRS if p in set(table["setting"])]
-    family = [s for s in dict.fromkeys(table["setting"]) if s not in real]
-    headline = real_pairs_gap(raw, real)
-    layers = layer_table(raw)
+    sm = summarize(raw)
+    table, gaps, real, family, headline, layers = sm.table, sm.gaps, sm.real, sm.family, sm.headline, sm.layers
     save_table(table, out / "table.csv", params=params, seed=ctx.seed)
     save_table(gaps, out / "gap_closed.csv", params=params, seed=ctx.seed)
     if len(layers):
         save_table(layers, out / "layers.csv", params=params, seed=ctx.seed)
-    paper = judge_claims(raw, PAPER_CLAIMS, real)
-    mine = judge_findings(raw, ftlab_findings(raw, real, DOSE_SETTINGS), real)
+    paper, mine = sm.paper, sm.mine
     import pandas as pd
 
     save_table(pd.DataFrame([{"source": "paper" if (c, j) in paper else "ftlab", "claim": c.quote,
@@ -210,13 +195,13 @@ def run(ctx: ReportContext) -> str:
     if ctx.wants("bars") and real:
         bar_chart(gaps, out / "bars.png", settings=real, calibration=cfg.calibrations[0])
         md.append("![Gap closed on the real pairs](transfer/bars.png)")
-    md.append("### The paper's claims (judged on the offline pairs)\n\n" + _verdict_table(paper, paper=True))
-    md.append("### ftlab's own findings (not claims of the paper)\n\n" + _verdict_table(mine, paper=False))
+    md.append("### The paper's claims (judged on the offline pairs)\n\n" + verdict_table(paper, paper=True))
+    md.append("### ftlab's own findings (not claims of the paper)\n\n" + verdict_table(mine, paper=False))
     md.append("### Real pairs\n\n" + markdown_tables(table, gaps[gaps["setting"].isin(real)], settings=real))
     md.append("### Where the task vector sits and how well the bases align (BiCo's fit, calibration "
               f"{cfg.calibrations[0]})\n\nMedians over layers of each fifth of the target's depth and over tasks and "
               "seeds. The Procrustes similarity `‖AᵀB‖_* / (‖A‖‖B‖)` is 1 when one row set is an orthogonal re-coding "
-              "of the other.\n\n" + _layer_markdown(layers[layers["setting"].isin(real)] if len(layers) else layers))
+              "of the other.\n\n" + layer_markdown(layers[layers["setting"].isin(real)] if len(layers) else layers))
     rank = estimate_ranking(raw, calibration=cfg.calibrations[0])
     if rank.get("rho") is not None:
         md.append(f"**Transfer diagnostic.** Its estimate of the share of τ_A that carries over ranks the "
@@ -238,5 +223,5 @@ def run(ctx: ReportContext) -> str:
             md.append("![Gap closed against relatedness](transfer/family.png)")
         md.append(markdown_tables(table, fam_gaps, settings=family, modes=("fixed",)))
         if len(layers):
-            md.append(_layer_markdown(layers[layers["setting"].isin(family)]))
+            md.append(layer_markdown(layers[layers["setting"].isin(family)]))
     return "\n\n".join(md)

@@ -6,7 +6,7 @@ import ftlab.data
 import ftlab.data.weights as W
 from ftlab.data import DatasetMissing
 from ftlab.report import DataUnavailable
-from ftlab.report.transfer import _verdict_table, check_data
+from ftlab.report.transfer import check_data, verdict_table
 
 
 def test_missing_mnist_names_its_package(monkeypatch, tiny_images):
@@ -32,13 +32,13 @@ def test_missing_efficientnet_weights_name_their_package(monkeypatch):
         check_data()
 
 
-def test_verdict_table_shows_effect_interval_and_word():
+def testverdict_table_shows_effect_interval_and_word():
     from ftlab.experiments.transfer_accuracy.claims import PAPER_CLAIMS
     from ftlab.experiments.verdicts import judge
 
     c = next(c for c in PAPER_CLAIMS if c.key == "beats_theseus")
     j = judge(c.key, [0.05, 0.06, 0.04], margin=0.01)
-    text = _verdict_table([(c, j)], paper=True)
+    text = verdict_table([(c, j)], paper=True)
     assert "+18.88 vs Theseus +3.81" in text and "+5.00 [" in text and "**reproduced**" in text
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 from ftlab.experiments.transfer_accuracy.table import BASELINES, accuracy_records, per_seed_gaps
 from ftlab.experiments.verdicts import Judgement, judge_family
 
-__all__ = ["Claim", "PAPER_CLAIMS", "ftlab_findings", "judge_claims", "paired_effect"]
+__all__ = ["BenchmarkSummary", "Claim", "PAPER_CLAIMS", "ftlab_findings", "judge_claims", "paired_effect", "summarize"]
 
 ACC_MARGIN = 0.01
 GAP_MARGIN = 0.05
@@ -210,3 +210,39 @@ def _method_acc(raw: pd.DataFrame, method: str, calibration: str, alpha_mode: st
     acc = acc[acc["setting"].isin(list(real)) & (acc["method"] == method) & (acc["calibration"] == calibration)
               & (acc["alpha_mode"] == alpha_mode)]
     return acc.set_index(["setting", "task", "seed"])["accuracy"]
+
+
+@dataclass(frozen=True)
+class BenchmarkSummary:
+    """What the report section and the docs' generated blocks read from one run's records (:func:`summarize`).
+
+    ``table``: accuracies with intervals; ``gaps``: share of the gap closed per (setting, method, calibration, alpha
+    mode); ``real`` / ``family``: the settings that are real pretrained pairs / controlled ViTs, in order;
+    ``headline``: the gap averaged over the real pairs; ``layers``: per-layer alignment; ``paper`` / ``mine``: the
+    paper's claims and ftlab's own findings with their judgements.
+    """
+
+    table: pd.DataFrame
+    gaps: pd.DataFrame
+    real: list[str]
+    family: list[str]
+    headline: pd.DataFrame
+    layers: pd.DataFrame
+    paper: list
+    mine: list
+
+
+def summarize(raw: pd.DataFrame) -> BenchmarkSummary:
+    """Tables and judgements of one benchmark run (``raw``: its records), computed once for every reader."""
+    from ftlab.experiments.transfer_accuracy.family import DOSE_SETTINGS
+    from ftlab.experiments.transfer_accuracy.pairs import PAIRS
+    from ftlab.experiments.transfer_accuracy.table import gap_closed, layer_table, real_pairs_gap, summary_table
+
+    table = summary_table(raw)
+    real = [p for p in PAIRS if p in set(table["setting"])]
+    family = [s for s in dict.fromkeys(table["setting"]) if s not in real]
+    return BenchmarkSummary(table=table, gaps=gap_closed(raw), real=real, family=family,
+                            headline=real_pairs_gap(raw, real), layers=layer_table(raw),
+                            paper=judge_claims(raw, PAPER_CLAIMS, real),
+                            mine=judge_findings(raw, ftlab_findings(raw, real, DOSE_SETTINGS), real))
+
