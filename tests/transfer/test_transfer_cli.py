@@ -50,6 +50,15 @@ def run(argv, capsys):
     return exc.value.code, out.out, out.err
 
 
+def run_ok(argv, capsys) -> str:
+    """Run a command that must succeed (click may or may not exit 0 explicitly); its stdout."""
+    try:
+        main(argv)
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    return capsys.readouterr().out
+
+
 def base_args(root, out):
     return ["transfer", "--source-base", str(root / "A"), "--source-finetuned", str(root / "A_ft"),
             "--target-base", str(root / "B"), "--hf-class", "BertForSequenceClassification",
@@ -62,11 +71,7 @@ def test_cli_end_to_end_tiny_bert(folders, tmp_path, capsys):
     from ftlab.transfer import TaskVector, fit_transfer
 
     out = tmp_path / "out"
-    try:
-        main(base_args(folders, out) + ["--alpha", "0.7"])
-    except SystemExit as exc:  # click may exit 0 explicitly
-        assert exc.code in (0, None)
-    capsys.readouterr()
+    run_ok(base_args(folders, out) + ["--alpha", "0.7"], capsys)
     tv = load_file(str(out / "task_vector.safetensors"))
     weights = load_file(str(out / "model.safetensors"))
     base = load_file(str(folders / "B" / "model.safetensors"))
@@ -223,11 +228,7 @@ def test_cli_diagnose_writes_the_diagnosis_and_no_model(folders, tmp_path, capsy
     from ftlab.transfer import diagnose
 
     out = tmp_path / "diag"
-    try:
-        main(base_args(folders, out) + ["--diagnose"])
-    except SystemExit as exc:  # click may exit 0 explicitly
-        assert exc.code in (0, None)
-    assert "carries over" in capsys.readouterr().out
+    assert "carries over" in run_ok(base_args(folders, out) + ["--diagnose"], capsys)
     assert not (out / "model.safetensors").exists() and not (out / "task_vector.safetensors").exists()
     rep = json.loads((out / "diagnosis.json").read_text())
     assert 0.0 <= rep["estimate"] <= 1.0 + 1e-9
@@ -252,11 +253,7 @@ def test_cli_full_disk_on_the_last_file_leaves_the_previous_output_intact(folder
     import ftlab.core.results as results
 
     out = tmp_path / "out"
-    try:
-        main(base_args(folders, out) + ["--method", "naive"])
-    except SystemExit as exc:  # click may exit 0 explicitly
-        assert exc.code in (0, None)
-    capsys.readouterr()
+    run_ok(base_args(folders, out) + ["--method", "naive"], capsys)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert {"model.safetensors", "task_vector.safetensors", "report.json"} <= set(before)
 
