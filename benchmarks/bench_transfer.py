@@ -75,25 +75,29 @@ def make_batches(n_batches: int, batch: int, image: int, seed: int = 0):
             for _ in range(n_batches)]
 
 
-def calibrate(A, B, batches, batch_dtype=torch.float64):
-    """The BiCo calibration pass as ``fit_transfer`` runs it (``batch_dtype``: float64, or None = float32 staging).
+def calibrate(A, B, batches, batch_dtype="float64"):
+    """The BiCo calibration pass as ``fit_transfer`` runs it (``batch_dtype``: "float64", or "float32" staging).
 
     Returns ``(stats, seconds)``.
     """
-    from ftlab.transfer.api import pair_points
-    from ftlab.transfer.calibrate import collect_maps_stats
+    from ftlab.transfer import TransferOptions
+    from ftlab.transfer.api import pair_points, target_entries
+    from ftlab.transfer.batches import CalibrationData
+    from ftlab.transfer.calibrate import collect_map_statistics
     from ftlab.transfer.layer_map import build_layer_map
     from ftlab.transfer.methods import get_method
+    from ftlab.transfer.problem import TransferProblem
     from ftlab.transfer.spec import infer_spec
 
     m = get_method("bico")
     spec_a, spec_b = infer_spec(A), infer_spec(B)
-    pairs = pair_points(spec_a, spec_b, build_layer_map(A, B))
+    lmap = build_layer_map(A, B)
+    pairs = pair_points(spec_a, spec_b, lmap)
+    problem = TransferProblem(lmap, target_entries(B), spec_a, spec_b, pairs)
     reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
+    opts = TransferOptions(batch_dtype=batch_dtype)
     t0 = time.perf_counter()
-    stats, _ = collect_maps_stats(A, B, pairs=pairs, source_spec=spec_a, target_spec=spec_b, requirements=reqs,
-                                  pairs_iter=((b, b) for b in batches), total=len(batches), loss=ce_loss,
-                                  batch_dtype=batch_dtype)
+    stats, _ = collect_map_statistics(problem, reqs, A, B, CalibrationData(batches), ce_loss, opts)
     return stats, time.perf_counter() - t0
 
 
@@ -197,7 +201,7 @@ def main() -> None:
         t_plain.append(plain(A, B, batches))
         stats, t = calibrate(A, B, batches)
         t_cap64.append(t)
-        _, t = calibrate(A, B, batches, batch_dtype=None)
+        _, t = calibrate(A, B, batches, batch_dtype="float32")
         t_cap32.append(t)
     assert stats is not None
     # Procrustes: one plain solve per distinct shape (no completion), times the number of maps of that shape

@@ -71,7 +71,7 @@ def test_cli_end_to_end_tiny_bert(folders, tmp_path, capsys):
     from ftlab.transfer import TaskVector, fit_transfer
 
     out = tmp_path / "out"
-    run_ok(base_args(folders, out) + ["--alpha", "0.7"], capsys)
+    run_ok(base_args(folders, out) + ["--alpha", "0.7", "--diagnostics"], capsys)
     tv = load_file(str(out / "task_vector.safetensors"))
     weights = load_file(str(out / "model.safetensors"))
     base = load_file(str(folders / "B" / "model.safetensors"))

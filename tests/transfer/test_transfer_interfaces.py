@@ -1,4 +1,4 @@
-"""Declared interfaces of the transfer part (issue 11): the Method protocol, the registry, the run record."""
+"""Declared interfaces of the transfer part: the Method protocol, the registry, the run record."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_the_run_record_holds_every_option_and_is_json():
     t = rec["transfer"]
     assert t["zero_params"] == ["*nothing*"] and t["batch_dtype"] == "float64" and t["diagnostics"] is True
     assert t["target_overrides"] == {"2.bias": [{"param": "2.bias", "kind": "zero", "point": None, "part": [0, 1]}]}
-    assert "test_transfer_interfaces" in t["padding_mask"]  # callables by their qualified name
+    assert "test_transfer_interfaces" in t["padding_mask"]["callable"]  # callables by their qualified name
     assert set(t) == set(TransferOptions.field_names())
 
 

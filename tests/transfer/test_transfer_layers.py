@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from ftlab.core.stats import CrossMoments
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec, transfer
 from ftlab.transfer.align import RankWarning, fit_map
-from ftlab.transfer.layer_map import build_layer_map, stage_depth_map, stage_ids
+from ftlab.transfer.layer_map import build_layer_map, depth_map, stage_depth_map, stage_ids
 
 torch.set_num_threads(1)
 DT = torch.float64
@@ -92,8 +92,11 @@ def test_stage_relative_pairs_blocks_within_stages():
     # BiCo over the stage-aware pairs: every pair has equal shapes, so the transfer runs and is finite
     tv = transfer(A, perturbed(A), B, batches, ce)
     assert all(torch.isfinite(v).all() for v in tv.values())
-    with pytest.raises(ValueError, match="stages"):
-        fit_transfer(A, perturbed(A), Staged((1, 3)).double(), batches, ce, method="naive")
+    # different numbers of stages: the stack falls back to the nearest relative depth, and the record says so
+    fb = fit_transfer(A, perturbed(A), Staged((1, 3)).double(), batches, ce, method="naive")
+    assert fb.layer_map["blocks"] == depth_map(6, 4, "nearest_relative")
+    assert build_layer_map(A, Staged((1, 3)).double(), "stage_relative").describe()["fallback"] == {
+        "blocks": "nearest_relative"}
 
 
 def test_stage_depth_map_edge_cases():

@@ -337,14 +337,18 @@ def test_gradfix_keeps_only_descent_coordinates(vote):
         assert inner < 0.0  # a first-order descent direction for the target loss
 
 
-def test_bad_inputs_are_value_errors():
+def test_bad_inputs_are_value_errors_and_misuse_is_a_type_error():
     A, A_ft = mlp(0), shifted(mlp(0), 1)
     with pytest.raises(ValueError, match="method='nope'"):
         transfer(A, A_ft, mlp(2), batches(), loss, method="nope")
     with pytest.raises(ValueError, match="invalid option"):
         transfer(A, A_ft, mlp(2), batches(), loss, method="naive", whiten_p=0.1)
-    with pytest.raises(ValueError, match="loss"):
+    with pytest.raises(TypeError, match="loss"):
         transfer(A, A_ft, mlp(2), batches(), lambda m: 0.0)
+    with pytest.raises(TypeError, match="loss"):
+        transfer(A, A_ft, mlp(2), batches(), "mse")
+    with pytest.raises(TypeError, match="target_base must be a torch.nn.Module"):
+        transfer(A, A_ft, {"w": 1}, batches(), loss)
     with pytest.raises(ValueError, match="depth_map"):
         transfer(A, A_ft, mlp(2), batches(), loss, depth_map="diagonal")
     with pytest.raises(ValueError, match="no batches"):

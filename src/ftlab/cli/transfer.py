@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -11,9 +12,8 @@ from pathlib import Path
 
 import click
 
-from ftlab.transfer.align import SEQ_ALIGN
-from ftlab.transfer.layer_map import DEPTH_RULES
 from ftlab.transfer.methods import list_methods, method_names, option_help
+from ftlab.transfer.options import TransferOptions, cli_fields, parse_cli_value
 
 
 def _methods_epilog() -> str:
@@ -26,6 +26,52 @@ def _methods_epilog() -> str:
         if opts:
             lines.append(f"      options: {opts}")
     return "\n".join(lines)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def transfer_options(fn):
+    """Add one command-line option per :class:`~ftlab.transfer.options.TransferOptions` field (help and
+    choices from the field; unset options keep the library's defaults)."""
+    for f in reversed(cli_fields()):
+        kind, help_text = f.metadata["cli"], f.metadata["help"][:1].upper() + f.metadata["help"][1:] + "."
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if kind == "flag":
+            deco = click.option(f"{_flag(f.name)}/{_flag('no_' + f.name)}", f.name, default=None,
+                                help=f"{help_text} [default: {'on' if default else 'off'}]")
+        elif kind == "choice":
+            deco = click.option(_flag(f.name), f.name, type=click.Choice(f.metadata["choices"]), default=None,
+                                help=f"{help_text} [default: {default}]")
+        else:
+            shown = ",".join(default or ()) if kind == "globs" else default
+            metavar = {"int": "INT", "float": "NUMBER", "globs": "GLOBS", "json": "JSON|FILE", "str": "TEXT"}[kind]
+            deco = click.option(_flag(f.name), f.name, default=None, metavar=metavar,
+                                help=help_text if shown is None else f"{help_text} [default: {shown}]")
+        fn = deco(fn)
+    return fn
+
+
+def build_options(values: dict, record_file: str | None) -> TransferOptions:
+    """The :class:`~ftlab.transfer.options.TransferOptions` of a command line: a recorded run's options
+    (``--options-from``) if given, then every option set on the command line."""
+    given = {}
+    for f in cli_fields():
+        raw = values.get(f.name)
+        if raw is None:
+            continue
+        given[f.name] = parse_cli_value(f, raw) if isinstance(raw, str) and f.metadata["cli"] != "choice" else raw
+    if record_file is None:
+        return TransferOptions(**given)
+    try:
+        rec = json.loads(Path(record_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--options-from {record_file!r} is not a readable JSON run record ({exc})") from None
+    opts = rec.get("options", {}).get("transfer") if isinstance(rec, dict) else None
+    if not isinstance(opts, dict):
+        raise ValueError(f"--options-from {record_file!r}: no transfer options recorded (options.transfer)")
+    return TransferOptions.from_record(opts, **given)
 
 
 def parse_method_options(items: tuple[str, ...]) -> dict:
@@ -169,23 +215,20 @@ def load_batches(ref: str, batch_size: int, max_batches: int | None):
 @click.option("--method-option", "-o", "method_options", multiple=True, metavar="KEY=VALUE",
               help="An option of the method, e.g. -o center=true -o whiten_p=0.25 (repeatable; see below).")
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector.")
-@click.option("--depth-map", type=click.Choice(DEPTH_RULES), default="stage_relative", show_default=True,
-              help="Which source layer feeds each target layer (stage_relative: within corresponding stages by "
-                   "relative depth; nearest_relative: the paper's rule over the whole stack).")
-@click.option("--seq-align", type=click.Choice(SEQ_ALIGN), default="identity", show_default=True,
-              help="How token rows of A and B are paired.")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Rows per calibration batch (tensor files).")
 @click.option("--max-batches", type=int, default=None, help="Use at most this many calibration batches.")
-@click.option("--batch-dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
-              help="Precision of the calibration statistics' batch products (float32: faster, opt-in).")
+@click.option("--options-from", "options_from", default=None, type=click.Path(dir_okay=False),
+              help="Start from the transfer options recorded in an earlier run's report.json (options given on this "
+                   "command line replace recorded ones).")
 @click.option("--diagnose", "diagnose_only", is_flag=True, default=False,
               help="Do not transfer: report per layer how well A and B align (CKA of activations and gradients, "
                    "Procrustes similarity, map ranks) and estimate the share of the task vector that will carry "
                    "over; writes diagnosis.json into --out.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@transfer_options
 def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, data, target_data, loss_ref,
-             method, method_options, alpha, depth_map, seq_align, batch_size, max_batches, batch_dtype, diagnose_only,
-             out_dir):
+             method, method_options, alpha, batch_size, max_batches, options_from, diagnose_only, out_dir,
+             **option_values):
     """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
 
     Runs A and B once (forward + backward) over the calibration data, fits per layer an
@@ -218,7 +261,7 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
 
     from ftlab import __version__
     from ftlab.core.validate import check_finite, check_int
-    from ftlab.transfer import TransferOptions, diagnose, fit_transfer, get_method
+    from ftlab.transfer import diagnose, fit_transfer, get_method
     from ftlab.transfer.align import RankWarning
     from ftlab.transfer.io import save_state_dict
 
@@ -227,6 +270,7 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     if max_batches is not None:
         check_int("max_batches", max_batches, 1)
     m = get_method(method, **parse_method_options(method_options))  # validate before loading any model
+    opts = build_options(option_values, options_from)
     from ftlab.core.results import output_lock, staged_output
 
     with output_lock(out_dir):  # a second run on the same --out is refused, not interleaved
@@ -247,8 +291,6 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
         if target_data is not None and batches is not None:
             source_batches, target_batches = batches, load_batches(target_data, batch_size, max_batches)
             batches = None
-        opts = TransferOptions(depth_map=depth_map, seq_align=seq_align, diagnostics=m.calibration == "maps",
-                               batch_dtype=batch_dtype)
         if diagnose_only:
             from ftlab.core.results import save_json, to_jsonable
 

@@ -41,6 +41,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ftlab.core.modes import module_mode
+
 __all__ = ["SUPPORTED", "Captured", "activations", "capture", "capture_points", "hook_count", "is_norm", "mha_points",
            "param_uses"]
 
@@ -322,20 +324,15 @@ def activations(model: nn.Module, X: torch.Tensor, layers, *, batch_size: int = 
     """Outputs of the named modules on ``X`` (eval mode), flattened to float64 ``(n, features)``.
 
     ``layers`` is a list of module names (each must exist). Runs ``X`` in batches of ``batch_size``
-    rows through :func:`capture`; the model's training flag is restored afterwards.
+    rows through :func:`capture`; every module's training flag is restored afterwards.
     """
     layers = list(layers)
     n = int(X.shape[0])
-    was_training = model.training
-    model.eval()
-    try:
-        with capture(model, layers, inputs=False) as cap:
-            for i in range(0, n, batch_size):
-                model(X[i:i + batch_size])
-            return {name: torch.cat([t.detach() for t in cap.outputs.get(name, [])]).reshape(n, -1).double().numpy()
-                    for name in layers}
-    finally:
-        model.train(was_training)
+    with module_mode(model), capture(model, layers, inputs=False) as cap:
+        for i in range(0, n, batch_size):
+            model(X[i:i + batch_size])
+        return {name: torch.cat([t.detach() for t in cap.outputs.get(name, [])]).reshape(n, -1).double().numpy()
+                for name in layers}
 
 
 def hook_count(model: nn.Module) -> int:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ftlab.core.modes import module_mode
 from ftlab.core.progress import progress
 from ftlab.core.validate import check_choice, check_int, check_nonnegative, check_positive, check_range
 
@@ -223,22 +224,18 @@ def accuracy(model: nn.Module, inputs: Inputs, labels: torch.Tensor, *, classes:
     """Top-1 accuracy (a fraction in [0, 1]) of ``model`` in eval mode on ``(inputs, labels)``.
 
     ``classes`` restricts the logits to those output indices (labels then index ``classes``). The
-    model's training flag is restored afterwards.
+    training flag of every module is restored afterwards.
     """
     check_int("batch_size", batch_size, minimum=1)
     cls = torch.as_tensor(list(classes), dtype=torch.long) if classes is not None else None
-    was_training = model.training
-    model.eval()
     n = n_rows(inputs)
     if n < 1:
         raise ValueError("accuracy needs at least one sample")
     correct = 0
-    try:
+    with module_mode(model):
         for i in range(0, n, batch_size):
             logits = model(take_rows(inputs, slice(i, i + batch_size)))
             if cls is not None:
                 logits = logits[:, cls]
             correct += int((logits.argmax(1) == labels[i:i + batch_size]).sum())
-    finally:
-        model.train(was_training)
     return correct / n

@@ -18,27 +18,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import itertools
 import logging
 import resource
 import time
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ftlab.transfer.align import MapFit
-from ftlab.transfer.calibrate import (
-    block_output_shapes,
-    collect_maps_stats,
-    collect_target_grads,
-    layer_cka_scores,
-    paired_batches,
-    peek,
-)
-from ftlab.transfer.layer_map import LayerMap, build_layer_map, find_stacks
-from ftlab.transfer.methods import Method, get_method, list_methods
+from ftlab.transfer.batches import CalibrationData
+from ftlab.transfer.calibrate import block_output_shapes, collect_map_statistics, collect_target_grads, layer_cka_scores
+from ftlab.transfer.layer_map import LayerMap, build_layer_map, paired_stacks
+from ftlab.transfer.methods import Method, Statistics, get_method, method_info
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import TransportSpec, infer_spec
@@ -172,8 +165,8 @@ def _resolve_method(method: str | Method) -> Method:
     if isinstance(method, str):
         return get_method(method)
     if not isinstance(method, Method):
-        raise ValueError(f"method={method!r} is invalid: give a registered name or an object implementing "
-                         "ftlab.transfer.methods.Method")
+        raise TypeError(f"method={method!r} is invalid: give a registered name or an object implementing "
+                        "ftlab.transfer.methods.Method")
     return method
 
 
@@ -181,6 +174,86 @@ def _method_record(m: Method) -> dict:
     opts = m.options
     own = dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) and not isinstance(opts, type) else {}
     return {"name": m.name, **own}
+
+
+def _check_inputs(models: Mapping[str, nn.Module], loss: Callable | None, options: TransferOptions | None
+                  ) -> TransferOptions:
+    opts = options if options is not None else TransferOptions()
+    if not isinstance(opts, TransferOptions):
+        raise TypeError(f"options must be a TransferOptions, got {type(opts).__name__}")
+    for name, mod in models.items():
+        if not isinstance(mod, nn.Module):
+            raise TypeError(f"{name} must be a torch.nn.Module, got {type(mod).__name__}")
+    if loss is not None and (not callable(loss) or len(inspect.signature(loss).parameters) < 2):
+        raise TypeError("loss must be a function loss(model, batch) -> scalar tensor")
+    return opts
+
+
+def _source_task_vector(base: nn.Module, finetuned: nn.Module) -> TaskVector:
+    tau_a = TaskVector.from_models(base, finetuned)
+    bad = [k for k, v in tau_a.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the source task vector is not finite at {bad[0]!r}")
+    return tau_a
+
+
+def _calibration_data(m: Method, opts: TransferOptions, batches, source_batches, target_batches
+                      ) -> CalibrationData | None:
+    """The paired calibration batches, or None when neither the method nor the depth map reads data."""
+    if all(b is None for b in (batches, source_batches, target_batches)):
+        if m.calibration is not None:
+            raise ValueError(f"batches is None: method {m.name!r} needs calibration batches")
+        if opts.depth_map == "cka":
+            raise ValueError("depth_map='cka' needs calibration batches")
+        return None
+    return CalibrationData(batches, source_batches, target_batches)
+
+
+def _layer_map(source: nn.Module, target: nn.Module, opts: TransferOptions, data: CalibrationData | None,
+               loss: Callable | None) -> LayerMap:
+    """The depth map; ``stage_relative`` probes block output shapes and ``cka`` block similarity on the first batches."""
+    cka = shapes = None
+    if data is not None and opts.depth_map in ("cka", "stage_relative"):
+        stacks = paired_stacks(source, target, opts.name_map)
+        head = data.head(opts.cka_batches if opts.depth_map == "cka" else 1)
+        if opts.depth_map == "cka":
+            cka = layer_cka_scores(source, target, stacks, head, loss)
+        elif head and stacks:
+            shapes = block_output_shapes(source, target, stacks, head[0], loss)
+    return build_layer_map(source, target, opts.depth_map, cka_scores=cka, block_shapes=shapes, stages=opts.stages,
+                           name_map=opts.name_map)
+
+
+def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, opts: TransferOptions
+             ) -> TransferProblem:
+    """The transfer problem; with transport specs and point pairs for methods that fit maps."""
+    shapes = target_entries(target)
+    vocab = _vocab_maps(opts, source, target, lmap)
+    if m.calibration != "maps":
+        return TransferProblem(lmap, shapes, vocab_maps=vocab)
+    specs = [infer_spec(mod, zero_params=opts.zero_params, overrides=ov, norm_gain=opts.norm_gain)
+             for mod, ov in ((source, opts.source_overrides), (target, opts.target_overrides))]
+    return TransferProblem(lmap, shapes, specs[0], specs[1], pair_points(specs[0], specs[1], lmap), vocab_maps=vocab)
+
+
+def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn.Module], data: CalibrationData | None,
+                loss: Callable | None, opts: TransferOptions) -> tuple[Statistics, int]:
+    """What the method's calibration collects, and the number of batches read."""
+    if m.calibration is None:
+        return None, 0
+    assert data is not None
+    if m.calibration == "maps":
+        if m.needs_loss and loss is None:
+            raise ValueError(f"method {m.name!r} fits maps on gradients and needs a loss(model, batch) (and labels or "
+                             "another training signal); activation_only runs forward passes only")
+        assert problem.pairs is not None and problem.target_spec is not None
+        reqs = {tp: m.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
+        return collect_map_statistics(problem, reqs, models[0], models[1], data, loss, opts,
+                                      second=m.needs_second_moments)
+    if loss is None:
+        raise ValueError(f"method {m.name!r} needs calibration batches and a loss(model, batch)")
+    grads = collect_target_grads(models[1], (bb for _, bb in data), loss, total=data.total)
+    return grads, grads.n_batches
 
 
 def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
@@ -192,132 +265,41 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     ``get_method("bico", center=True)``), and returns a :class:`TransferResult` with per-layer
     diagnostics and the full run record.
 
+    Steps: check the inputs; ``tau_A``; the depth map (probing the first calibration batch); the
+    transfer problem (specs and point pairs); the method's statistics (for map methods: plan, stream,
+    resolve); ``method.prepare`` (the solves) gives a fitted transfer; its ``apply`` gives ``tau_B``.
     ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
     residuals are reported (more memory and time).
     """
     t0 = time.perf_counter()
-    opts = options if options is not None else TransferOptions()
-    if not isinstance(opts, TransferOptions):
-        raise ValueError(f"options must be a TransferOptions, got {type(opts).__name__}")
-    for name, mod in (("source_base", source_base), ("source_finetuned", source_finetuned), ("target_base", target_base)):
-        if not isinstance(mod, nn.Module):
-            raise ValueError(f"{name} must be a torch.nn.Module, got {type(mod).__name__}")
-    if loss is not None and len(inspect.signature(loss).parameters) < 2:
-        raise ValueError("loss must be a function loss(model, batch) -> scalar tensor")
+    opts = _check_inputs({"source_base": source_base, "source_finetuned": source_finetuned,
+                          "target_base": target_base}, loss, options)
     if target_base is source_base or target_base is source_finetuned:
         target_base = copy.deepcopy(target_base)  # the two models are captured separately
-    tau_a = TaskVector.from_models(source_base, source_finetuned)
-    bad = [k for k, v in tau_a.items() if not torch.isfinite(v).all()]
-    if bad:
-        raise ValueError(f"the source task vector is not finite at {bad[0]!r}")
+    tau_a = _source_task_vector(source_base, source_finetuned)
     m = _resolve_method(method)
-    target_shapes = target_entries(target_base)
-    needs_data = m.calibration is not None
-    if m.calibration is not None and m.needs_loss and loss is None:
-        raise ValueError(f"method {m.name!r} fits maps on gradients and needs a loss(model, batch) (and labels or another "
-                         "training signal); activation_only runs forward passes only")
-    for b in (batches, source_batches, target_batches):
-        if needs_data and b is not None and iter(b) is b and opts.depth_map in ("cka", "stage_relative"):
-            # the first batches are read twice (depth map, then calibration): keep them
-            if b is batches:
-                batches = _Replay(b)
-            elif b is source_batches:
-                source_batches = _Replay(b)
-            else:
-                target_batches = _Replay(b)
-    cka = shapes = None
-    have_data = batches is not None or source_batches is not None or target_batches is not None
-    common = None
-    if opts.depth_map in ("cka", "stage_relative") and have_data:
-        pairs_iter, _ = paired_batches(batches, source_batches, target_batches)
-        head, _ = peek(pairs_iter, opts.cka_batches if opts.depth_map == "cka" else 1)
-        stacks_a, stacks_b = find_stacks(source_base), find_stacks(target_base)
-        common = [p for p in stacks_b if p in stacks_a]
-        if opts.depth_map == "cka":
-            cka = layer_cka_scores(source_base, target_base, common, head, loss)
-        elif head:
-            shapes = block_output_shapes(source_base, target_base, common, head[0], loss)
-    elif opts.depth_map == "cka":
-        raise ValueError("depth_map='cka' needs calibration batches")
-    lmap: LayerMap = build_layer_map(source_base, target_base, opts.depth_map, cka_scores=cka, block_shapes=shapes,
-                                     stages=opts.stages, name_map=opts.name_map)
-    vocab = _vocab_maps(opts, source_base, target_base, lmap)
-    m.check(tau_a, TransferProblem(lmap, target_shapes, vocab_maps=vocab))
-    stats = None
-    pairs: dict[str, str] = {}
-    n_batches = 0
+    data = _calibration_data(m, opts, batches, source_batches, target_batches)
+    lmap = _layer_map(source_base, target_base, opts, data, loss)
+    problem = _problem(m, source_base, target_base, lmap, opts)
+    m.check(tau_a, problem)
     t_cal = time.perf_counter()
-    if m.calibration == "maps":
-        spec_a = infer_spec(source_base, zero_params=opts.zero_params, overrides=opts.source_overrides,
-                            norm_gain=opts.norm_gain)
-        spec_b = infer_spec(target_base, zero_params=opts.zero_params, overrides=opts.target_overrides,
-                            norm_gain=opts.norm_gain)
-        pairs = pair_points(spec_a, spec_b, lmap)
-        problem = TransferProblem(lmap, target_shapes, spec_a, spec_b, pairs, vocab_maps=vocab)
-        reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
-        pairs_iter, total = paired_batches(batches, source_batches, target_batches)
-        stats, n_batches = collect_maps_stats(
-            source_base if opts.source_stats == "base" else source_finetuned, target_base, pairs=pairs,
-            source_spec=spec_a, target_spec=spec_b, requirements=reqs,
-            pairs_iter=pairs_iter, total=total, loss=loss, seq_align=opts.seq_align, n_prefix=opts.n_prefix,
-            padding_mask=opts.padding_mask, seq_first=opts.seq_first,
-            second=opts.diagnostics or m.needs_second_moments, batch_dtype=opts.torch_batch_dtype,
-            train_mode=opts.train_mode, loss_reduction=opts.loss_reduction, memory_limit=opts.memory_limit)
-    elif m.calibration == "target_grads":
-        if loss is None:
-            raise ValueError(f"method {m.name!r} needs calibration batches and a loss(model, batch)")
-        tb = target_batches if target_batches is not None else batches
-        if tb is None:
-            raise ValueError("batches is None: the method needs calibration batches")
-        problem = TransferProblem(lmap, target_shapes, vocab_maps=vocab)
-        total_tb = len(tb) if isinstance(tb, Sized) else None
-        stats = collect_target_grads(target_base, tb, loss, total=total_tb)
-        n_batches = stats["n_batches"]
-    else:
-        problem = TransferProblem(lmap, target_shapes, vocab_maps=vocab)
+    source = source_base if opts.source_stats == "base" else source_finetuned
+    stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts)
     t_fit = time.perf_counter()
-    m.prepare(problem, stats)
+    fitted = m.prepare(problem, stats)
     t_apply = time.perf_counter()
-    tau_b = m.apply(tau_a)
+    tau_b = fitted.apply(tau_a)
     timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}
-    fits = dict(getattr(m, "fits", {}))
-    point_norms = _point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {}
+    pairs = dict(problem.pairs or {})
     source_norms = {"total": tau_a.norm()}
     if problem.target_spec is not None:
         source_norms["zeroed"] = _zeroed_norm(problem.target_spec, lmap, tau_a)
-    record = {"transfer": opts.record(), "method": _method_record(m)}
-    return TransferResult(task_vector=tau_b, method=m.name, options=record, layer_map=lmap.as_dict(), pairs=pairs,
-                          fits=fits, n_batches=n_batches, time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
-                          source_norms=source_norms, timings=timings, point_norms=point_norms,
-                          layer_stages=lmap.describe()["stages"])
-
-
-class _Replay:
-    """A one-shot iterator made re-iterable for its first pass: the items read so far are replayed once."""
-
-    def __init__(self, it):
-        self._it = iter(it)
-        self._head: list = []
-        self._passes = 0
-
-    def __iter__(self):
-        self._passes += 1
-        if self._passes == 1:
-            return _Recorder(self._it, self._head)
-        return itertools.chain(self._head, self._it)
-
-
-class _Recorder:
-    def __init__(self, it, head: list):
-        self._it, self._head = it, head
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        x = next(self._it)
-        self._head.append(x)
-        return x
+    return TransferResult(
+        task_vector=tau_b, method=m.name, options={"transfer": opts.record(), "method": _method_record(m)},
+        layer_map=lmap.as_dict(), pairs=pairs, fits=dict(fitted.fits), n_batches=n_batches,
+        time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(), source_norms=source_norms, timings=timings,
+        point_norms=_point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {},
+        layer_stages=lmap.describe()["stages"])
 
 
 def target_entries(model: nn.Module) -> dict[str, tuple[int, ...]]:
@@ -367,9 +349,7 @@ def split_options(method: str, options: Mapping) -> tuple[TransferOptions, Metho
     names = set(TransferOptions.field_names())
     general = {k: v for k, v in options.items() if k in names}
     own = {k: v for k, v in options.items() if k not in names}
-    info = next((i for i in list_methods() if i.name == method), None)
-    if info is None:
-        raise ValueError(f"method={method!r} is invalid: must be one of {', '.join(i.name for i in list_methods())}")
+    info = method_info(method)
     own_names = {f.name for f in dataclasses.fields(info.options_type)}
     unknown = [k for k in own if k not in own_names]
     if unknown:

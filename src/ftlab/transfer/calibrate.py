@@ -1,129 +1,142 @@
-"""The calibration pass: one forward(-backward) of both frozen base models per calibration batch.
+"""The calibration pass: stream the planned statistics over the batches, then resolve every request.
 
-For every paired capture point (target point ``tp`` <- source point ``sp``) the statistics a method
-asks for stream into float64 :class:`~ftlab.core.stats.CrossMoments`; captured tensors are dropped
-after each batch, so memory does not grow with the calibration size. Models run in eval mode;
-gradient-based statistics switch ``requires_grad`` on; both are restored afterwards, also on error.
-Methods whose statistics are all activations run forward passes only, under ``torch.no_grad()``,
-and need no loss (``loss`` may still be given to run the model; without it the model is called on
-the batch: ``model(**batch)`` without its ``labels``, ``model(batch[0])`` for a tuple, ``model(batch)``).
+Steps (see :mod:`ftlab.transfer.plan` for the first):
 
-Requests are ``(target point, side, statistic)`` with statistic ``act`` (input activations on the
-``in`` side, output activations on the ``out`` side), ``grad`` (output gradients) or ``grad_in``
-(input gradients). Work is shared where the rows are the same:
+1. **plan** -- :func:`ftlab.transfer.plan.plan_calibration` (pure): requests, derived requests;
+2. **stream** -- :func:`stream`: one forward(-backward) of both frozen base models per calibration
+   batch; captured tensors become rows that are added to float64
+   :class:`~ftlab.core.stats.CrossMoments` and dropped, so memory does not grow with the calibration
+   size. On the first batch the requests whose rows are the same tensors are given one accumulator
+   (:func:`ftlab.transfer.plan.share_rows`) and the accumulators' size is checked against the
+   memory available before they are allocated;
+3. **resolve** -- :func:`resolve`: every request answered by its accumulator, a shared one, or an
+   exact derivation (:class:`~ftlab.transfer.align.AffineMoments`).
 
-* requests whose rows come from the same captured tensors in both models (the LayerNorm output that
-  is also the input of q, k and v) share one accumulator;
-* output activations of an affine point (linear, convolution, attention projection, bare ``x @ P``,
-  BatchNorm in eval mode) whose input activations are collected are *derived* exactly from them
-  (:class:`~ftlab.transfer.align.AffineMoments`), at no cost during the pass, and only when a
-  fit asks for them.
-
-Before the statistics are allocated, their size (float64 cross-covariances at the widths found,
-plus the largest solve's workspace) is checked against the memory available; a transfer that
-cannot fit is refused with the estimate in the message.
+Models run in eval mode (or train mode with ``TransferOptions.train_mode``); gradient statistics
+switch ``requires_grad`` on; every module's flag is restored afterwards, also on error. A pass with
+activations only runs forward passes under ``torch.no_grad()`` and needs no loss (``loss`` may still
+be given to run the model; without it :func:`~ftlab.transfer.batches.default_forward` runs it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from ftlab.core.hooks import Captured, capture, param_uses
+from ftlab.core.modes import module_mode, requires_grad
 from ftlab.core.progress import progress
 from ftlab.core.stats import CrossMoments, cross_moments_nbytes
 from ftlab.core.validate import available_memory
-from ftlab.transfer.align import AffineMoments, SeqAlign, align_tokens, to_tokens
-from ftlab.transfer.spec import Point, TransportSpec
+from ftlab.transfer.align import AffineMoments, align_tokens, to_tokens
+from ftlab.transfer.batches import CalibrationData, default_forward, padding_mask, samples_in
+from ftlab.transfer.options import TransferOptions
+from ftlab.transfer.plan import (
+    AFFINE_KINDS,
+    CalibrationPlan,
+    Key,
+    Request,
+    aliased,
+    collected,
+    plan_calibration,
+    share_rows,
+)
+from ftlab.transfer.problem import TransferProblem
+from ftlab.transfer.spec import Point
 
-__all__ = ["block_output_shapes", "calibration_mode", "collect_maps_stats", "collect_target_grads",
-           "default_forward", "layer_cka_scores", "paired_batches", "peek"]
+__all__ = ["AffineMap", "Streamed", "TargetGradients", "affine_maps", "block_output_shapes", "calibration_mode",
+           "collect_map_statistics", "collect_target_grads", "layer_cka_scores", "resolve", "stream"]
 
-_SOURCES = {("in", "act"): "inputs", ("in", "grad_in"): "input_grads",
-            ("out", "act"): "outputs", ("out", "grad"): "output_grads"}
-_AFFINE_KINDS = ("linear", "conv2d", "param")
+#: ``(M, c)`` with ``output = M input + c`` (``M`` a matrix ``(d_out, d_in)`` or a per-channel vector).
+AffineMap = tuple[torch.Tensor, torch.Tensor | None]
 
 
 @contextlib.contextmanager
 def calibration_mode(model: nn.Module, *, train: bool = False, grad: bool = True):
-    """Eval mode (or train mode) and, with ``grad``, ``requires_grad=True`` inside; the previous flags restored on exit."""
-    modes = [(m, m.training) for m in model.modules()]
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        model.train(train)
-        if grad:
-            for p, _ in flags:
-                p.requires_grad_(True)
+    """Eval mode (or train mode) and, with ``grad``, ``requires_grad=True`` inside; every flag restored on exit."""
+    with module_mode(model, train=train), (requires_grad(model) if grad else contextlib.nullcontext()):
         yield model
-    finally:
-        for m, t in modes:
-            m.training = t
-        for p, r in flags:
-            p.requires_grad_(r)
 
 
-def default_forward(model: nn.Module, batch) -> Any:
-    """Run ``model`` on a batch without a loss.
-
-    ``model(**batch)`` without its ``labels`` for a mapping, ``model(batch[0])`` for a tuple or list,
-    ``model(batch)`` otherwise.
-    """
-    if isinstance(batch, Mapping):
-        return model(**{k: v for k, v in batch.items() if k != "labels"})
-    if isinstance(batch, (tuple, list)):
-        return model(batch[0])
-    return model(batch)
+# --- affine points: output activations derived from input activations -----------------------------------
 
 
-def _batch_size(batch) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.ndim else None
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (tuple, list)):
-        for v in batch:
-            if isinstance(v, torch.Tensor) and v.ndim:
-                return int(v.shape[0])
-    return None
+def _mha_part(mha: nn.MultiheadAttention, tail: str) -> AffineMap:
+    if tail == "out_proj":
+        return mha.out_proj.weight.detach(), None if mha.out_proj.bias is None else mha.out_proj.bias.detach()
+    i = "qkv".index(tail)
+    if mha._qkv_same_embed_dim:
+        W = mha.in_proj_weight.detach().chunk(3)[i]
+    else:
+        W = getattr(mha, f"{tail}_proj_weight").detach()
+    return W, None if mha.in_proj_bias is None else mha.in_proj_bias.detach().chunk(3)[i]
 
 
-def paired_batches(batches, source_batches, target_batches) -> tuple[Iterable, int | None]:
-    """``(batch_A, batch_B)`` pairs: the same batch twice, or the two given streams zipped."""
-    if source_batches is None and target_batches is None:
-        if batches is None:
-            raise ValueError("batches is None: the method needs calibration batches")
-        total = len(batches) if hasattr(batches, "__len__") else None
-        return ((b, b) for b in batches), total
-    sa = source_batches if source_batches is not None else batches
-    sb = target_batches if target_batches is not None else batches
-    if sa is None or sb is None:
-        raise ValueError("give both source_batches and target_batches (or batches for the missing one)")
-    total = None
-    if hasattr(sa, "__len__") and hasattr(sb, "__len__"):
-        if len(sa) != len(sb):
-            raise ValueError(f"source_batches has {len(sa)} batches but target_batches has {len(sb)}: "
-                             "they must pair the same samples")
-        total = len(sa)
-    return zip(sa, sb), total
-
-
-def _mask(batch, padding_mask) -> torch.Tensor | None:
-    if padding_mask is None:
+def _batchnorm(mod: nn.modules.batchnorm._BatchNorm) -> AffineMap | None:
+    if mod.training or mod.running_var is None or mod.running_mean is None:
         return None
-    if callable(padding_mask):
-        return padding_mask(batch)
-    if isinstance(batch, Mapping) and padding_mask in batch:
-        return batch[padding_mask].bool()
-    if padding_mask == "auto" and isinstance(batch, Mapping) and "attention_mask" in batch:
-        return batch["attention_mask"].bool()
+    a = torch.rsqrt(mod.running_var.detach().double() + mod.eps)
+    if mod.weight is not None:
+        a = a * mod.weight.detach().double()
+    c = -a * mod.running_mean.detach().double()
+    if mod.bias is not None:
+        c = c + mod.bias.detach().double()
+    return a, c
+
+
+def _affine(model: nn.Module, point: Point) -> AffineMap | None:
+    """``(M, c)`` with ``output = M input + c`` for an affine point of ``model`` (None if it is not one)."""
+    if point.kind == "param":
+        P = dict(model.named_parameters()).get(point.name)
+        return None if P is None else (P.detach().T, None)
+    mods = dict(model.named_modules())
+    mod = mods.get(point.name)
+    head, _, tail = point.name.rpartition(".")
+    mha = mods.get(head)
+    if mod is None and isinstance(mha, nn.MultiheadAttention):
+        return _mha_part(mha, tail)
+    bias = None if getattr(mod, "bias", None) is None else mod.bias.detach()  # type: ignore[union-attr]
+    if isinstance(mod, nn.Linear):
+        return mod.weight.detach(), bias
+    if mod is not None and type(mod).__name__ == "Conv1D" and point.kind == "linear":
+        return mod.weight.detach().T, bias
+    if isinstance(mod, nn.Conv2d) and point.kind == "conv2d":
+        W = mod.weight.detach()
+        if mod.groups > 1:
+            from ftlab.transfer.transport import grouped_dense
+
+            W = grouped_dense(W, mod.groups)
+        return W.reshape(W.shape[0], -1), bias
+    if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
+        return _batchnorm(mod)
     return None
+
+
+def affine_maps(source: nn.Module, target: nn.Module, pairs: Mapping[str, str], source_points: Mapping[str, Point],
+                target_points: Mapping[str, Point]) -> dict[str, tuple[AffineMap, AffineMap]]:
+    """``{target point: (source map, target map)}`` for the pairs whose output is affine in their input in both models.
+
+    Call with the models in the mode they calibrate in (a BatchNorm is affine in eval mode only).
+    """
+    out = {}
+    with torch.no_grad():
+        for tp, sp in pairs.items():
+            pb = target_points[tp]
+            if pb.kind not in AFFINE_KINDS + ("norm2d",):
+                continue
+            ma, mb = _affine(source, source_points[sp]), _affine(target, pb)
+            if ma is not None and mb is not None:
+                out[tp] = (ma, mb)
+    return out
+
+
+# --- stream -------------------------------------------------------------------------------------------
 
 
 def _module_names(model: nn.Module, points: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -140,7 +153,7 @@ def _module_names(model: nn.Module, points: Iterable[str]) -> tuple[list[str], l
         elif p in params:
             bare.append(p)
         else:
-            raise ValueError(f"capture point {p!r} is not a module of the model")
+            raise RuntimeError(f"capture point {p!r} is not a module of the model")
     return list(dict.fromkeys(out)), list(dict.fromkeys(bare))
 
 
@@ -162,257 +175,189 @@ def _run(model: nn.Module, cap: Captured, batch, loss: Callable | None, who: str
 
 
 @dataclass
-class _Req:
-    """One requested statistic of a point pair."""
+class Streamed:
+    """What :func:`stream` collected: ``owners[key]`` (see :func:`~ftlab.transfer.plan.share_rows`), one
+    accumulator per owner that streams rows, and the number of batches."""
 
-    tp: str
-    sp: str
-    side: str
-    src: str
-    pa: Point
-    pb: Point
-    internal: bool = False
-    primary: bool = False
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.tp, self.side, self.src)
-
-    @property
-    def attr(self) -> str:
-        return _SOURCES[(self.side, self.src)]
-
-    @property
-    def dims(self) -> tuple[int, int]:
-        if self.side == "in":
-            return (self.pa.in_dim, self.pb.in_dim)
-        return (self.pa.out_dim, self.pb.out_dim)
-
-    def fmt(self, p: Point) -> tuple:
-        """How a captured tensor becomes rows (two requests share rows only with the same format)."""
-        if p.kind == "conv2d" and self.side == "in":
-            return ("unfold", p.conv)
-        if p.kind in ("conv2d", "depthwise", "norm2d"):
-            return ("channels",)
-        return ("last",)
+    owners: dict[Key, Key]
+    accumulators: dict[Key, CrossMoments]
+    n_batches: int
 
 
-def _affine(model: nn.Module, point: Point) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """``(M, c)`` with ``output = M input + c`` for an affine point (None if it is not one)."""
-    mods = dict(model.named_modules())
-    with torch.no_grad():
-        if point.kind == "param":
-            P = dict(model.named_parameters()).get(point.name)
-            return None if P is None else (P.detach().T, None)
-        mod = mods.get(point.name)
-        head, _, tail = point.name.rpartition(".")
-        mha = mods.get(head)
-        if mod is None and isinstance(mha, nn.MultiheadAttention):
-            if tail == "out_proj":
-                return mha.out_proj.weight.detach(), None if mha.out_proj.bias is None else mha.out_proj.bias.detach()
-            i = "qkv".index(tail)
-            if mha._qkv_same_embed_dim:
-                W = mha.in_proj_weight.detach().chunk(3)[i]
-            else:
-                W = getattr(mha, f"{tail}_proj_weight").detach()
-            b = None if mha.in_proj_bias is None else mha.in_proj_bias.detach().chunk(3)[i]
-            return W, b
-        if isinstance(mod, nn.Linear):
-            return mod.weight.detach(), None if mod.bias is None else mod.bias.detach()
-        if mod is not None and type(mod).__name__ == "Conv1D" and point.kind == "linear":
-            return mod.weight.detach().T, None if getattr(mod, "bias", None) is None else mod.bias.detach()
-        if isinstance(mod, nn.Conv2d) and point.kind == "conv2d":
-            W = mod.weight.detach()
-            if mod.groups > 1:
-                from ftlab.transfer.transport import _grouped_dense
-
-                W = _grouped_dense(W, mod.groups)
-            return W.reshape(W.shape[0], -1), None if mod.bias is None else mod.bias.detach()
-        if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)) and not mod.training and mod.running_var is not None:
-            assert mod.running_mean is not None
-            a = torch.rsqrt(mod.running_var.detach().double() + mod.eps)
-            if mod.weight is not None:
-                a = a * mod.weight.detach().double()
-            c = -a * mod.running_mean.detach().double()
-            if mod.bias is not None:
-                c = c + mod.bias.detach().double()
-            return a, c
-    return None
+def _tensors(r: Request, ca: Captured, cb: Captured) -> tuple[list, list]:
+    la, lb = getattr(ca, r.captured).get(r.sp, []), getattr(cb, r.captured).get(r.tp, [])
+    if len(la) != len(lb):
+        raise ValueError(f"point {r.sp!r} ran {len(la)} times in the source but {r.tp!r} ran {len(lb)} times in the "
+                         "target: the architectures do not correspond")
+    return la, lb
 
 
-def collect_maps_stats(source: nn.Module, target: nn.Module, *, pairs: Mapping[str, str], source_spec: TransportSpec,
-                       target_spec: TransportSpec, requirements: Mapping[str, Mapping], pairs_iter: Iterable,
-                       total: int | None, loss: Callable | None, seq_align: SeqAlign = "identity",
-                       n_prefix: int | None = None, padding_mask="auto", seq_first: bool = False, second: bool = False,
-                       batch_dtype: torch.dtype | None = torch.float64, train_mode: bool = False,
-                       loss_reduction: Literal["mean", "sum"] = "mean", memory_limit: float | None = None,
-                       ) -> tuple[dict, int]:
-    """Stream the requested statistics over all calibration batches; returns ``(stats, n_batches)``.
+class _Pass:
+    """The state of one streaming pass: captures of both models, owners and accumulators (set on batch 0)."""
 
-    ``requirements[tp] = {"in": (statistic, ...), "out": (statistic, ...)}`` (a single name or None
-    is accepted too). ``stats[(tp, side, statistic)]`` is a :class:`~ftlab.core.stats.CrossMoments`
-    (possibly shared by several requests) or a derived
-    :class:`~ftlab.transfer.align.AffineMoments`. With ``loss_reduction="mean"`` the gradient rows
-    of a batch of ``b`` samples are multiplied by ``b``: a mean loss scales each sample's gradient by
-    ``1/b``, which would otherwise let a short last batch dominate the gradient moments.
-    ``memory_limit`` (bytes; default: the memory available) bounds the statistics' size.
+    def __init__(self, plan: CalibrationPlan, ca: Captured, cb: Captured, opts: TransferOptions):
+        self.plan, self.ca, self.cb, self.opts = plan, ca, cb, opts
+        self.by_key = plan.by_key
+        self.owners: dict[Key, Key] = {}
+        self.accumulators: dict[Key, CrossMoments] = {}
+        self.check_keys: list[Key] = []
+
+    def signatures(self, keys: Iterable[Key]) -> dict[Key, tuple]:
+        out = {}
+        for key in keys:
+            la, lb = _tensors(self.by_key[key], self.ca, self.cb)
+            if la:
+                out[key] = self.by_key[key].signature(tuple(map(id, la)), tuple(map(id, lb)))
+        return out
+
+    def first_batch(self, bare: tuple[list[str], list[str]]) -> None:
+        """Decide shared rows, check bare parameters were used, check memory, allocate accumulators."""
+        for who, names, cap in (("source", bare[0], self.ca), ("target", bare[1], self.cb)):
+            unused = [p for p in names if param_uses(cap, p) == 0]
+            if unused:
+                raise ValueError(f"parameter {unused[0]!r} of the {who} model belongs to no layer ftlab knows and was not "
+                                 "used as a projection x @ P; give a rule (source_overrides/target_overrides) or zero it "
+                                 "(zero_params)")
+        self.owners = share_rows(self.plan, self.signatures(self.by_key))
+        keys = collected(self.plan, self.owners)
+        _check_memory([self.by_key[k].dims for k in keys], [self.by_key[k].dims for k in self.plan.derived],
+                      second=self.plan.second, batch_dtype=self.opts.torch_batch_dtype, limit=self.opts.memory_limit)
+        self.accumulators = {k: CrossMoments(*self.by_key[k].dims, second=self.plan.second,
+                                             batch_dtype=self.opts.torch_batch_dtype) for k in keys}
+        self.check_keys = aliased(self.owners)
+
+    def check_aliases(self) -> None:
+        """Rows shared on the first batch must stay shared (a graph that changes per batch is refused)."""
+        sig = self.signatures(self.check_keys)
+        for key in self.check_keys:
+            own = self.owners[key]
+            if own != key and own in sig and sig.get(key) != sig[own]:
+                r = self.by_key[key]
+                raise ValueError(f"the rows of {r.tp!r} ({r.side}, {r.stat}) changed their source between calibration "
+                                 "batches (a model whose graph varies per batch is not supported)")
+
+    def rows(self, r: Request, batch_a, batch_b) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Row-aligned ``(N, d_A)``, ``(N, d_B)`` of one request on the current batch (None: no rows)."""
+        o = self.opts
+        masks = (padding_mask(batch_a, o.padding_mask), padding_mask(batch_b, o.padding_mask))
+        n_samples = samples_in(batch_a)
+        tok = r.pb.tokens and r.pa.tokens
+        rows_a, rows_b = [], []
+        for xa, xb in zip(*_tensors(r, self.ca, self.cb)):
+            if xa is None or xb is None:  # no input gradient (the input is data)
+                continue
+            A, ga = to_tokens(xa, r.pa.kind, side=r.side, conv=r.pa.conv,
+                              seq_first=o.seq_first and not self.ca.meta.get(r.sp, {}).get("batch_first", False))
+            B, gb = to_tokens(xb, r.pb.kind, side=r.side, conv=r.pb.conv,
+                              seq_first=o.seq_first and not self.cb.meta.get(r.tp, {}).get("batch_first", False))
+            if o.loss_reduction == "mean" and r.is_gradient:
+                b = n_samples if n_samples is not None else A.shape[0]
+                A, B = A * b, B * b
+            ra, rb = align_tokens(A, B, o.seq_align, mask_a=masks[0] if tok else None, mask_b=masks[1] if tok else None,
+                                  grid_a=ga, grid_b=gb, n_prefix=o.n_prefix)
+            rows_a.append(ra)
+            rows_b.append(rb)
+        if not rows_a:
+            return None
+        if len(rows_a) == 1:
+            return rows_a[0], rows_b[0]
+        return torch.cat(rows_a), torch.cat(rows_b)
+
+    def add(self, batch_a, batch_b, k: int) -> None:
+        for key, acc in self.accumulators.items():
+            r = self.by_key[key]
+            got = self.rows(r, batch_a, batch_b)
+            if got is None:
+                continue
+            acc.update(*got)
+            # a NaN/inf row makes the running column sum non-finite: an O(width) check per batch
+            for who, mom, name in (("source", acc.a, r.sp), ("target", acc.b, r.tp)):
+                if not torch.isfinite(mom.sum).all():
+                    what = "gradient" if r.is_gradient else "activation"
+                    raise ValueError(f"non-finite {what} at {name!r} of the {who} model (calibration batch {k})")
+
+
+def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: Iterable, loss: Callable | None,
+           options: TransferOptions) -> Streamed:
+    """Run both models over ``data`` (pairs ``(batch_A, batch_B)``) and accumulate the planned statistics.
+
+    With ``options.loss_reduction="mean"`` the gradient rows of a batch of ``b`` samples are multiplied
+    by ``b``: a mean loss scales each sample's gradient by ``1/b``, which would otherwise let a short
+    last batch dominate the gradient moments. ``options.memory_limit`` (bytes; default: the memory
+    available) bounds the accumulators' size.
     """
-    reqs: list[_Req] = []
-    for tp, sp in pairs.items():
-        pa, pb = source_spec.points[sp], target_spec.points[tp]
-        for side in ("in", "out"):
-            got = requirements[tp].get(side)
-            for i, src in enumerate((got,) if isinstance(got, str) else tuple(got or ())):
-                if (side, src) not in _SOURCES:
-                    raise ValueError(f"unknown statistic {src!r} on the {side} side of {tp!r}")
-                reqs.append(_Req(tp, sp, side, src, pa, pb, primary=i == 0))
-    by_key = {r.key: r for r in reqs}
-    backward = any(r.src in ("grad", "grad_in") for r in reqs)
-    if backward and loss is None:
+    if plan.backward and loss is None:
         raise ValueError("gradient statistics need a loss(model, batch)")
-    # output activations of affine points whose input activations are collected are derived, not collected
-    derived: dict[tuple, tuple[tuple, Any, Any]] = {}
-    for r in list(reqs):
-        if r.side != "out" or r.src != "act" or train_mode:
-            continue
-        base = (r.tp, "in", "act")
-        if r.pb.kind in _AFFINE_KINDS and base in by_key:
-            ma, mb = _affine(source, r.pa), _affine(target, r.pb)
-            if ma is not None and mb is not None:
-                derived[r.key] = (base, ma, mb)
-        elif r.pb.kind == "norm2d":  # BatchNorm in eval mode: per-channel affine of its input
-            ma, mb = _affine(source, r.pa), _affine(target, r.pb)
-            if ma is not None and mb is not None:
-                if base not in by_key:
-                    extra = _Req(r.tp, r.sp, "in", "act", r.pa, r.pb, internal=True)
-                    reqs.append(extra)
-                    by_key[extra.key] = extra
-                derived[r.key] = (base, ma, mb)
-    input_grads = any(r.src == "grad_in" for r in reqs)
-    mods_a, bare_a = _module_names(source, dict.fromkeys(r.sp for r in reqs))
-    mods_b, bare_b = _module_names(target, dict.fromkeys(r.tp for r in reqs))
-    owners: dict[tuple, tuple] = {}  # request key -> key of the request whose accumulator serves it
-    streams: dict[tuple, CrossMoments] = {}
-    aliased: list[_Req] = []  # requests served by another's accumulator, and those owners (checked every batch)
-    n_batches = 0
-    with calibration_mode(source, train=train_mode, grad=backward), \
-            calibration_mode(target, train=train_mode, grad=backward), \
-            capture(source, mods_a, params=bare_a) as ca, capture(target, mods_b, params=bare_b) as cb:
-        for k, (ba, bb) in enumerate(progress(pairs_iter, desc="calibration", total=total)):
-            _run(source, ca, ba, loss, "source", k, backward=backward, input_grads=input_grads)
-            _run(target, cb, bb, loss, "target", k, backward=backward, input_grads=input_grads)
-            mask_a, mask_b = _mask(ba, padding_mask), _mask(bb, padding_mask)
-            n_samples = _batch_size(ba)
-            # the first batch decides which requests share rows; later batches only check the shared ones
-            check = reqs if k == 0 else aliased
-            tensors: dict[tuple, tuple[list, list]] = {}
-            for r in check:
-                la, lb = getattr(ca, r.attr).get(r.sp, []), getattr(cb, r.attr).get(r.tp, [])
-                if len(la) != len(lb):
-                    raise ValueError(f"point {r.sp!r} ran {len(la)} times in the source but {r.tp!r} ran {len(lb)} "
-                                     "times in the target: the architectures do not correspond")
-                tensors[r.key] = (la, lb)
-            ident = {key: (tuple(id(x) for x in la), tuple(id(x) for x in lb), by_key[key].fmt(by_key[key].pa),
-                           by_key[key].fmt(by_key[key].pb), by_key[key].dims)
-                     for key, (la, lb) in tensors.items() if la}
+    hooks_a, hooks_b = _module_names(source, plan.source_points()), _module_names(target, plan.target_points())
+    total = data.total if isinstance(data, CalibrationData) else None
+    train, grad = options.train_mode, plan.backward
+    n = 0
+    with calibration_mode(source, train=train, grad=grad), calibration_mode(target, train=train, grad=grad), \
+            capture(source, hooks_a[0], params=hooks_a[1]) as ca, capture(target, hooks_b[0], params=hooks_b[1]) as cb:
+        state = _Pass(plan, ca, cb, options)
+        for k, (ba, bb) in enumerate(progress(data, desc="calibration", total=total)):
+            _run(source, ca, ba, loss, "source", k, backward=grad, input_grads=plan.input_grads)
+            _run(target, cb, bb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
             if k == 0:
-                for who, bare, cap in (("source", bare_a, ca), ("target", bare_b, cb)):
-                    unused = [p for p in bare if param_uses(cap, p) == 0]
-                    if unused:
-                        raise ValueError(f"parameter {unused[0]!r} of the {who} model belongs to no layer ftlab knows and "
-                                         "was not used as a projection x @ P; give a rule (source_overrides/"
-                                         "target_overrides) or zero it (zero_params)")
-                # fitted statistics own their rows first (real accumulators, with second moments when asked), then
-                # the derived ones (free), then the rest
-                first: dict[tuple, tuple] = {}
-                order = ([r.key for r in reqs if r.primary and r.key not in derived] + list(derived)
-                         + [r.key for r in reqs if not r.primary and r.key not in derived])
-                for key in order:
-                    if key not in ident:
-                        continue
-                    owner = first.setdefault(ident[key], key)
-                    owners[key] = owner
-                for r in reqs:
-                    if r.key not in owners:
-                        owners[r.key] = r.key  # no rows (e.g. no input gradient): its own, empty accumulator
-                collected = [key for key, own in owners.items() if own == key and key not in derived]
-                for key in collected:
-                    r = by_key[key]
-                    streams[key] = CrossMoments(*r.dims, second=second, batch_dtype=batch_dtype)
-                _check_memory([by_key[key].dims for key in collected],
-                              [by_key[key].dims for key in derived], second=second, batch_dtype=batch_dtype,
-                              limit=memory_limit)
-                shared = [k2 for key, own in owners.items() if own != key for k2 in (key, own)]
-                aliased = [by_key[key] for key in dict.fromkeys(shared)]
+                state.first_batch((hooks_a[1], hooks_b[1]))
             else:
-                for r in aliased:
-                    own = owners[r.key]
-                    if own != r.key and own in ident and ident.get(r.key) != ident[own]:
-                        raise ValueError(f"the rows of {r.tp!r} ({r.side}, {r.src}) changed their source between "
-                                         "calibration batches (a model whose graph varies per batch is not supported)")
-            for key, st in streams.items():
-                r = by_key[key]
-                if key in tensors:
-                    la, lb = tensors[key]
-                else:
-                    la, lb = getattr(ca, r.attr).get(r.sp, []), getattr(cb, r.attr).get(r.tp, [])
-                if len(la) != len(lb):
-                    raise ValueError(f"point {r.sp!r} ran {len(la)} times in the source but {r.tp!r} ran {len(lb)} "
-                                     "times in the target: the architectures do not correspond")
-                rows_a, rows_b = [], []
-                for xa, xb in zip(la, lb):
-                    if xa is None or xb is None:  # no input gradient (the input is data)
-                        continue
-                    A, ga = to_tokens(xa, r.pa.kind, side=r.side, conv=r.pa.conv,
-                                      seq_first=seq_first and not ca.meta.get(r.sp, {}).get("batch_first", False))
-                    B, gb = to_tokens(xb, r.pb.kind, side=r.side, conv=r.pb.conv,
-                                      seq_first=seq_first and not cb.meta.get(r.tp, {}).get("batch_first", False))
-                    if loss_reduction == "mean" and "grad" in r.attr:
-                        b = n_samples if n_samples is not None else A.shape[0]
-                        A, B = A * b, B * b
-                    tok = r.pb.tokens and r.pa.tokens
-                    ra, rb = align_tokens(A, B, seq_align, mask_a=mask_a if tok else None,
-                                          mask_b=mask_b if tok else None, grid_a=ga, grid_b=gb, n_prefix=n_prefix)
-                    rows_a.append(ra)
-                    rows_b.append(rb)
-                if rows_a:
-                    if len(rows_a) == 1:
-                        st.update(rows_a[0], rows_b[0])
-                    else:
-                        st.update(torch.cat(rows_a), torch.cat(rows_b))
-                    # a NaN/inf row makes the running column sum non-finite: an O(width) check per batch
-                    for who, mom, name in (("source", st.a, r.sp), ("target", st.b, r.tp)):
-                        if not torch.isfinite(mom.sum).all():
-                            what = "gradient" if "grad" in r.attr else "activation"
-                            raise ValueError(f"non-finite {what} at {name!r} of the {who} model (calibration batch {k})")
+                state.check_aliases()
+            state.add(ba, bb, k)
             ca.clear()
             cb.clear()
-            n_batches += 1
-    if n_batches == 0:
+            n += 1
+    if n == 0:
         raise ValueError("the calibration data yielded no batches")
-    out: dict[tuple, Any] = {}
+    return Streamed(state.owners, state.accumulators, n)
 
-    def resolve(key: tuple):
-        if key in out:
-            return out[key]
-        own = owners.get(key, key)
-        if own != key:
-            val = resolve(own)
-        elif key in derived:
-            base, ma, mb = derived[key]
-            val = AffineMoments(resolve(base), ma, mb)
-        else:
-            val = streams.get(key)
-            if val is None:  # never produced rows
-                r = by_key[key]
-                val = streams[key] = CrossMoments(*r.dims, second=second, batch_dtype=batch_dtype)
-        out[key] = val
-        return val
 
-    for r in reqs:
-        if not r.internal:
-            resolve(r.key)
-    return {k: v for k, v in out.items() if not by_key[k].internal}, n_batches
+# --- resolve ------------------------------------------------------------------------------------------
+
+
+def resolve(plan: CalibrationPlan, streamed: Streamed, affine: Mapping[str, tuple[AffineMap, AffineMap]]) -> dict:
+    """``{(target point, side, statistic): statistics}`` for every request handed to the method.
+
+    A request is answered by its own accumulator, by the one it shares rows with, or, when derived,
+    by an :class:`~ftlab.transfer.align.AffineMoments` over its base (``affine[target point]`` gives
+    the two models' maps).
+    """
+    by_key = plan.by_key
+    out: dict[Key, Any] = {}
+
+    def get(key: Key):
+        if key not in out:
+            own = streamed.owners.get(key, key)
+            if own != key:
+                out[key] = get(own)
+            elif key in plan.derived:
+                out[key] = AffineMoments(get(plan.derived[key]), *affine[key[0]])
+            else:
+                acc = streamed.accumulators.get(key)
+                if acc is None:  # planned but never reached (no rows on any batch)
+                    acc = CrossMoments(*by_key[key].dims, second=plan.second)
+                out[key] = acc
+        return out[key]
+
+    return {key: get(key) for key in plan.answered()}
+
+
+def collect_map_statistics(problem: TransferProblem, requirements: Mapping[str, Mapping[str, tuple[str, ...]]],
+                           source: nn.Module, target: nn.Module, data: Iterable, loss: Callable | None,
+                           options: TransferOptions, *, second: bool = False) -> tuple[dict, int]:
+    """plan -> stream -> resolve for the point pairs of ``problem``; ``(statistics, number of batches)``.
+
+    ``requirements[target point]``: what to collect on each side (a method's
+    :meth:`~ftlab.transfer.methods.Method.requirements`); ``second``: also second moments (on anyway
+    with ``options.diagnostics``).
+    """
+    if problem.pairs is None or problem.source_spec is None or problem.target_spec is None:
+        raise RuntimeError("collect_map_statistics needs a problem with transport specs and point pairs")
+    pts_a, pts_b = problem.source_spec.points, problem.target_spec.points
+    affine = {} if options.train_mode else affine_maps(source, target, problem.pairs, pts_a, pts_b)
+    plan = plan_calibration(problem.pairs, pts_a, pts_b, requirements, affine=affine,
+                            second=second or options.diagnostics)
+    streamed = stream(plan, source, target, data, loss, options)
+    return resolve(plan, streamed, affine), streamed.n_batches
 
 
 def _check_memory(collected: list[tuple[int, int]], derived: list[tuple[int, int]], *, second: bool,
@@ -430,14 +375,30 @@ def _check_memory(collected: list[tuple[int, int]], derived: list[tuple[int, int
                          "switch off diagnostics, or use a machine with more memory")
 
 
-def collect_target_grads(target: nn.Module, batches: Iterable, loss: Callable, *, total: int | None = None) -> dict:
-    """Sum of per-batch parameter gradients and of their signs (for GradFix); ``.grad`` is not touched."""
+# --- other calibration passes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetGradients:
+    """Per-parameter sums over calibration batches of the target's loss gradients and of their signs (GradFix)."""
+
+    grad_sum: Mapping[str, torch.Tensor]
+    sign_votes: Mapping[str, torch.Tensor]
+    n_batches: int
+
+
+def collect_target_grads(target: nn.Module, data: Iterable, loss: Callable, *, total: int | None = None
+                         ) -> TargetGradients:
+    """Sum of per-batch parameter gradients and of their signs (for GradFix); ``.grad`` is not touched.
+
+    ``data`` yields target batches.
+    """
     names, params = zip(*target.named_parameters())
     grad_sum = {n: torch.zeros_like(p, dtype=torch.float64) for n, p in zip(names, params)}
     votes = {n: torch.zeros_like(p, dtype=torch.float64) for n, p in zip(names, params)}
     n = 0
     with calibration_mode(target), torch.enable_grad():
-        for k, batch in enumerate(progress(batches, desc="target gradients", total=total)):
+        for k, batch in enumerate(progress(data, desc="target gradients", total=total)):
             value = loss(target, batch)
             if not isinstance(value, torch.Tensor) or value.numel() != 1 or not torch.isfinite(value.detach()).all():
                 raise ValueError(f"target model, calibration batch {k}: loss is not a finite scalar tensor")
@@ -452,81 +413,61 @@ def collect_target_grads(target: nn.Module, batches: Iterable, loss: Callable, *
             n += 1
     if n == 0:
         raise ValueError("the calibration data yielded no batches")
-    return {"grad_sum": grad_sum, "sign_votes": votes, "n_batches": n}
+    return TargetGradients(grad_sum, votes, n)
 
 
-def peek(batches, k: int):
-    """The first ``k`` items and an iterable that still yields all of them (works for one-shot iterators)."""
-    if batches is None:
-        return [], None
-    it = iter(batches)
-    if it is batches:
-        head = list(itertools.islice(it, k))
-        return head, itertools.chain(head, it)
-    return list(itertools.islice(it, k)), batches
+def _block_names(model: nn.Module, stacks: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {s: [st.block_name(i) for i in range(st.depth)] for s, st in stacks.items()}
 
 
-def block_output_shapes(source: nn.Module, target: nn.Module, stacks: Iterable[str], pair,
+def block_output_shapes(source: nn.Module, target: nn.Module, stacks: Mapping[str, tuple[Any, Any]], pair,
                         loss: Callable | None) -> dict[str, tuple[list[tuple], list[tuple]]]:
     """Output shape (without the batch axis) of every block of each stack, from one forward pass of each model.
 
-    ``pair`` is one ``(batch_A, batch_B)``; ``stacks`` are paths present in both models.
+    ``stacks[target path] = (source Stack, target Stack)`` (:class:`~ftlab.transfer.layer_map.Stack`);
+    ``pair`` is one ``(batch_A, batch_B)``.
     """
-    stacks = list(stacks)
-    out: dict[str, tuple[list[tuple], list[tuple]]] = {}
     run = loss if loss is not None else default_forward
     shapes = []
-    for model, batch in ((source, pair[0]), (target, pair[1])):
-        mods = dict(model.named_modules())
-        names = {s: [f"{s}.{i}" for i in range(len(mods[s]))] for s in stacks}
+    for side, (model, batch) in enumerate(((source, pair[0]), (target, pair[1]))):
+        names = {p: [st[side].block_name(i) for i in range(st[side].depth)] for p, st in stacks.items()}
         with calibration_mode(model, grad=False), torch.no_grad(), \
-                capture(model, [n for s in stacks for n in names[s]], inputs=False) as cap:
+                capture(model, [n for ns in names.values() for n in ns], inputs=False) as cap:
             run(model, batch)
-            shapes.append({s: [tuple(cap.outputs[n][0].shape[1:]) if cap.outputs.get(n) else () for n in names[s]]
-                           for s in stacks})
-    for s in stacks:
-        out[s] = (shapes[0][s], shapes[1][s])
-    return out
+            shapes.append({p: [tuple(cap.outputs[n][0].shape[1:]) if cap.outputs.get(n) else () for n in ns]
+                           for p, ns in names.items()})
+    return {p: (shapes[0][p], shapes[1][p]) for p in stacks}
 
 
-def layer_cka_scores(source: nn.Module, target: nn.Module, stacks: Iterable[str], head_pairs: list,
+def layer_cka_scores(source: nn.Module, target: nn.Module, stacks: Mapping[str, tuple[Any, Any]], head_pairs: list,
                      loss: Callable | None) -> dict[str, np.ndarray]:
     """``(L_B, L_A)`` linear-CKA matrices between the block outputs of each stack (mean over tokens).
 
-    Forward passes only (``loss`` runs each model), over the ``(batch_A, batch_B)`` pairs in ``head_pairs``.
+    ``stacks`` as in :func:`block_output_shapes`. Forward passes only (``loss`` runs each model), over
+    the ``(batch_A, batch_B)`` pairs in ``head_pairs``.
     """
     from ftlab.core.geometry import linear_cka
 
-    stacks = list(stacks)
-    mods_a, mods_b = dict(source.named_modules()), dict(target.named_modules())
-    blocks_a = {s: [f"{s}.{i}" for i in range(len(mods_a[s]))] for s in stacks}
-    blocks_b = {s: [f"{s}.{i}" for i in range(len(mods_b[s]))] for s in stacks}
-    feats_a: dict[str, list] = {n: [] for s in stacks for n in blocks_a[s]}
-    feats_b: dict[str, list] = {n: [] for s in stacks for n in blocks_b[s]}
-    sel_a = [n for s in stacks for n in blocks_a[s]]
-    sel_b = [n for s in stacks for n in blocks_b[s]]
+    names_a = {p: [st[0].block_name(i) for i in range(st[0].depth)] for p, st in stacks.items()}
+    names_b = {p: [st[1].block_name(i) for i in range(st[1].depth)] for p, st in stacks.items()}
+    feats: list[dict[str, list[torch.Tensor]]] = [{}, {}]
     run = loss if loss is not None else default_forward
-    with calibration_mode(source, grad=False), calibration_mode(target, grad=False), torch.no_grad():
-        with capture(source, sel_a, inputs=False) as ca, capture(target, sel_b, inputs=False) as cb:
-            for ba, bb in head_pairs:
-                ca.clear()
-                cb.clear()
-                run(source, ba)
-                run(target, bb)
-                for cap, feats in ((ca, feats_a), (cb, feats_b)):
-                    for n in feats:
-                        t = cap.outputs[n][0]
-                        t, _ = to_tokens(t, "linear", side="out")
-                        feats[n].append(t.mean(1).double())
+    with calibration_mode(source, grad=False), calibration_mode(target, grad=False), torch.no_grad(), \
+            capture(source, [n for ns in names_a.values() for n in ns], inputs=False) as ca, \
+            capture(target, [n for ns in names_b.values() for n in ns], inputs=False) as cb:
+        for ba, bb in head_pairs:
+            for model, cap, batch, f in ((source, ca, ba, feats[0]), (target, cb, bb, feats[1])):
+                cap.clear()
+                run(model, batch)
+                for n, ts in cap.outputs.items():
+                    f.setdefault(n, []).append(to_tokens(ts[0], "linear", side="out")[0].mean(1).double())
     out = {}
-    for s in stacks:
-        la, lb = blocks_a[s], blocks_b[s]
-        M = np.zeros((len(lb), len(la)))
-        for j, nb in enumerate(lb):
-            Y = torch.cat(feats_b[nb]).numpy()
-            for i, na in enumerate(la):
-                X = torch.cat(feats_a[na]).numpy()
-                value = linear_cka(X, Y)
+    for p in stacks:
+        M = np.zeros((len(names_b[p]), len(names_a[p])))
+        for j, nb in enumerate(names_b[p]):
+            Y = torch.cat(feats[1][nb]).numpy()
+            for i, na in enumerate(names_a[p]):
+                value = linear_cka(torch.cat(feats[0][na]).numpy(), Y)
                 M[j, i] = 0.0 if np.isnan(value) else value  # a constant block output aligns with nothing
-        out[s] = M
+        out[p] = M
     return out

@@ -1,9 +1,11 @@
 """Depth maps: which source layer feeds each target layer.
 
 *Layers* are the repeated blocks of a model: the children of an ``nn.ModuleList`` /
-``nn.Sequential`` that has at least two children, all of one class (``encoder.layer.3``,
-``blocks.7``, ``_blocks.12``). A model may hold several stacks (T5: encoder and decoder); each
-target stack is paired with the source stack at the same path. A stack nested inside the blocks of
+``nn.Sequential`` (the model itself included) that have parameters, when there are at least two and
+all are of one class (``encoder.layer.3``, ``blocks.7``, ``_blocks.12``; the ``nn.Linear`` layers
+``0``, ``2``, ``4`` of ``nn.Sequential(Linear, ReLU, Linear, ReLU, Linear)``: parameter-free
+children such as activations are skipped). A model may hold several stacks (T5: encoder and
+decoder); each target stack is paired with the source stack at the same path. A stack nested inside the blocks of
 another (hierarchical models: ``layers.2.blocks.5``, a stage of blocks inside a stack of stages) is
 mapped inside the block it belongs to: target block ``j`` of the outer stack takes source block
 ``i(j)``, and the nested stack of that target block is paired with the nested stack of source block
@@ -15,11 +17,13 @@ Rules (``L_A`` source layers, ``L_B`` target layers, 0-based ``j``):
   of consecutive blocks whose outputs have one shape (channels and resolution, or tokens and
   width), probed with one forward pass of each model on the first calibration batch (without
   calibration data: runs of blocks whose last parameter has one length). Stage ``k`` of B takes its
-  blocks from stage ``k`` of A (the stage counts must agree); inside a stage, target blocks take
+  blocks from stage ``k`` of A; inside a stage, target blocks take
   the source block nearest in relative depth, except that a stage's first block, when it is a
   transition block (its parameter shapes differ from the stage's next block, in both models: the
   block that strides or changes width), pairs with the source stage's first block. For stacks of
-  one stage (transformers) it is ``nearest_relative``.
+  one stage (transformers) it is ``nearest_relative``. Where the two stacks have different numbers
+  of stages (plain MLPs whose every layer has its own width), the stack falls back to
+  ``nearest_relative``; the run record says so (``LayerMap.describe()["fallback"]``).
 * ``nearest_relative`` (the paper's nearest-index rule [U]):
   ``i(j) = floor(j (L_A - 1) / (L_B - 1) + 1/2)``, the source layer nearest in relative depth
   (ties go to the deeper layer), over the whole stack. It pairs blocks across stages of different
@@ -39,6 +43,7 @@ of the source, applied after the depth map (or a callable ``target name -> sourc
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -50,52 +55,69 @@ from torch import nn
 
 from ftlab.core.validate import check_choice, check_int
 
-__all__ = ["DEPTH_RULES", "DepthRule", "LayerMap", "Stack", "block_signatures", "build_layer_map", "depth_map",
-           "find_stacks", "monotone_assignment", "stage_depth_map", "stage_ids"]
+__all__ = ["DEFAULT_DEPTH_RULE", "DEPTH_RULES", "DepthRule", "LayerMap", "Stack", "block_signatures", "build_layer_map",
+           "depth_map", "find_stacks", "join", "monotone_assignment", "paired_stacks", "stage_depth_map", "stage_ids"]
 
 DepthRule = Literal["stage_relative", "nearest_relative", "proportional", "prefix", "cka"]
 DEPTH_RULES: tuple[str, ...] = get_args(DepthRule)
 NameMap = Mapping[str, str] | Callable[[str], str] | None
 
+log = logging.getLogger(__name__)
+
+
+#: The depth map a transfer uses unless told otherwise (:class:`~ftlab.transfer.options.TransferOptions`).
+DEFAULT_DEPTH_RULE: DepthRule = "stage_relative"
+
+
+def join(path: str, name: str) -> str:
+    """``path.name``, or ``name`` alone for the model's own path ``""``."""
+    return f"{path}.{name}" if path else name
+
 
 @dataclass(frozen=True)
 class Stack:
-    """A stack of repeated blocks at ``path`` (e.g. ``encoder.layer``) with ``depth`` blocks."""
+    """A stack of repeated blocks at ``path`` (``""``: the model itself); ``blocks`` are their child names."""
 
     path: str
-    depth: int
+    blocks: tuple[str, ...]
+
+    @property
+    def depth(self) -> int:
+        return len(self.blocks)
+
+    def block_name(self, i: int) -> str:
+        """The full module name of block ``i``."""
+        return join(self.path, self.blocks[i])
 
 
-def _is_stack(mod: nn.Module) -> bool:
-    if not isinstance(mod, (nn.ModuleList, nn.Sequential)) or len(mod) < 2:
-        return False
-    kids = list(mod.children())
-    return len(kids) == len(mod) and len({type(k) for k in kids}) == 1 and any(True for _ in kids[0].parameters())
+def _stack_blocks(mod: nn.Module) -> tuple[str, ...] | None:
+    """Child names of the repeated blocks of a ModuleList/Sequential (None if it is not a stack)."""
+    if not isinstance(mod, (nn.ModuleList, nn.Sequential)):
+        return None
+    kids = [(n, k) for n, k in mod.named_children() if any(True for _ in k.parameters())]
+    if len(kids) < 2 or len({type(k) for _, k in kids}) != 1:
+        return None
+    return tuple(n for n, _ in kids)
 
 
 def find_stacks(model: nn.Module, *, nested: bool = False) -> dict[str, Stack]:
-    """The outermost stacks of repeated blocks of ``model``, keyed by path.
+    """The outermost stacks of repeated blocks of ``model`` (the model itself may be one, path ``""``), by path.
 
     With ``nested=True``, also the stacks inside the blocks of those stacks (recursively), keyed by
     their full paths (``layers.2.blocks``).
     """
     found: dict[str, Stack] = {}
-    outer: list[str] = []
     for name, mod in model.named_modules():
-        if not _is_stack(mod):
+        blocks = _stack_blocks(mod)
+        if blocks is None:
             continue
-        inside = [p for p in outer if name.startswith(p + ".")]
-        if inside and not nested:
+        if not nested and any(name.startswith(p + ".") or (p == "" and name) for p in found):
             continue
-        if inside:
-            # only stacks directly inside a block of an enclosing stack (not inside a nested stack's block twice)
-            pass
-        found[name] = Stack(name, len(mod))
-        outer.append(name)
+        found[name] = Stack(name, blocks)
     return found
 
 
-def depth_map(n_source: int, n_target: int, rule: DepthRule = "nearest_relative") -> list[int | None]:
+def depth_map(n_source: int, n_target: int, rule: DepthRule = DEFAULT_DEPTH_RULE) -> list[int | None]:
     """``[i(0), ..., i(L_B - 1)]`` for the rules that need no data (``stage_relative``: one stage)."""
     check_int("n_source", n_source, 1)
     check_int("n_target", n_target, 1)
@@ -117,17 +139,20 @@ def stage_ids(signatures: Sequence) -> list[int]:
     return out
 
 
-def block_signatures(model: nn.Module, path: str) -> list[tuple]:
-    """Parameter shapes of each block of the stack at ``path`` (tells transition blocks from the others)."""
-    mod = dict(model.named_modules())[path]
-    return [tuple(tuple(p.shape) for p in blk.parameters()) for blk in mod.children()]
+def _blocks(model: nn.Module, stack: Stack) -> list[nn.Module]:
+    mods = dict(model.named_modules())
+    return [mods[stack.block_name(i)] for i in range(stack.depth)]
 
 
-def _static_shapes(model: nn.Module, path: str) -> list[tuple]:
-    """Fallback stage signature without data: the length of each block's last parameter."""
-    mod = dict(model.named_modules())[path]
+def block_signatures(model: nn.Module, stack: Stack) -> list[tuple]:
+    """Parameter shapes of each block of ``stack`` (tells transition blocks from the others)."""
+    return [tuple(tuple(p.shape) for p in blk.parameters()) for blk in _blocks(model, stack)]
+
+
+def _static_shapes(model: nn.Module, stack: Stack) -> list[tuple]:
+    """Stage signature without data: the length of each block's last parameter."""
     out = []
-    for blk in mod.children():
+    for blk in _blocks(model, stack):
         ps = [p for p in blk.parameters() if p.ndim >= 1]
         out.append((int(ps[-1].shape[0]),) if ps else ())
     return out
@@ -212,31 +237,52 @@ class LayerMap:
     """Maps target names (parameters or capture points) to source names.
 
     ``maps[path]`` is the depth map of the target stack at ``path`` (a full target path, also for
-    nested stacks); ``sources[path]`` the source stack it draws from (default: the same path). A name
-    inside target stack ``path`` block ``j`` maps to the same relative name in source block
-    ``i(j)`` of ``sources[path]`` (the innermost stack decides); names outside every stack map to
-    themselves. ``None`` means "no source" (zero delta). ``rename`` (a name map) is applied last.
+    nested stacks; ``""`` for a model that is itself a stack); ``sources[path]`` the source stack it
+    draws from (default: the same path); ``blocks[path] = (source block names, target block names)``
+    (default: ``"0"``, ``"1"``, ...). A name inside block ``j`` of target stack ``path`` maps to the
+    same relative name in source block ``i(j)`` of ``sources[path]`` (the innermost stack decides);
+    names outside every stack map to themselves. ``None`` means "no source" (zero delta). ``rename``
+    (a name map) is applied last. ``fallback[path]`` names the rule a stack fell back to.
     """
 
-    def __init__(self, maps: dict[str, list[int | None]], sources: Mapping[str, str] | None = None, *,
-                 rename: NameMap = None, stages: Mapping[str, tuple[list[int], list[int]]] | None = None):
+    def __init__(self, maps: Mapping[str, Sequence[int | None]], sources: Mapping[str, str] | None = None, *,
+                 rename: NameMap = None, stages: Mapping[str, tuple[list[int], list[int]]] | None = None,
+                 blocks: Mapping[str, tuple[Sequence[str], Sequence[str]]] | None = None,
+                 fallback: Mapping[str, str] | None = None):
         self.maps = {p: list(m) for p, m in maps.items()}
         self.sources = {p: (sources or {}).get(p, p) for p in self.maps}
         self.stages = dict(stages or {})
+        self.fallback = dict(fallback or {})
+        self.blocks = {p: (tuple((blocks or {})[p][0]), tuple((blocks or {})[p][1])) if p in (blocks or {})
+                       else (tuple(str(i) for i in range(max([i for i in m if i is not None], default=-1) + 1)),
+                             tuple(str(j) for j in range(len(m))))
+                       for p, m in self.maps.items()}
         self._rename = _rename_fn(rename)
-        # longest paths first: the innermost stack holding a name decides its source
-        paths = sorted(self.maps, key=len, reverse=True)
-        self._patterns = [(p, re.compile(re.escape(p) + r"\.(\d+)(\..*)?$")) for p in paths]
+        self._paths = sorted(self.maps, key=len, reverse=True)  # the innermost stack holding a name decides
+
+    def _in_stack(self, name: str) -> tuple[str, int, str] | None:
+        """``(stack path, target block index, rest of the name)`` of the innermost stack holding ``name``."""
+        for path in self._paths:
+            if path and not name.startswith(path + "."):
+                continue
+            child, _, rest = name[len(path) + 1 if path else 0:].partition(".")
+            targets = self.blocks[path][1]
+            if child in targets:
+                return path, targets.index(child), rest
+        return None
 
     def source_name(self, target_name: str) -> str | None:
         out: str | None = target_name
-        for path, pat in self._patterns:
-            m = pat.match(target_name)
-            if m:
-                j = int(m.group(1))
-                src = self.maps[path][j] if j < len(self.maps[path]) else None
-                out = None if src is None else f"{self.sources[path]}.{src}{m.group(2) or ''}"
-                break
+        hit = self._in_stack(target_name)
+        if hit is not None:
+            path, j, rest = hit
+            i = self.maps[path][j] if j < len(self.maps[path]) else None
+            if i is None:
+                out = None
+            else:
+                src_blocks = self.blocks[path][0]
+                block = join(self.sources[path], src_blocks[i] if i < len(src_blocks) else str(i))
+                out = f"{block}.{rest}" if rest else block
         if out is not None and self._rename is not None:
             out = self._rename(out)
         return out
@@ -245,12 +291,78 @@ class LayerMap:
         return {p: list(m) for p, m in self.maps.items()}
 
     def describe(self) -> dict:
-        """Depth maps, the source stack of each target stack, and the stages used (for the run record)."""
+        """Depth maps, the source stack of each target stack, the stages used and any fallback (for the run record)."""
         return {"maps": self.as_dict(), "sources": dict(self.sources),
-                "stages": {p: [list(a), list(b)] for p, (a, b) in self.stages.items()}}
+                "stages": {p: [list(a), list(b)] for p, (a, b) in self.stages.items()},
+                "fallback": dict(self.fallback)}
 
 
-def build_layer_map(source: nn.Module, target: nn.Module, rule: DepthRule = "nearest_relative", *,
+class _Builder:
+    """Pairs target stacks with source stacks (outer ones by path, nested ones inside paired blocks)."""
+
+    def __init__(self, source: nn.Module, target: nn.Module, rule: str, cka_scores, block_shapes, stages):
+        self.source, self.target, self.rule = source, target, rule
+        self.cka_scores, self.block_shapes, self.stages = cka_scores, block_shapes, stages
+        self.s_all, self.t_all = find_stacks(source, nested=True), find_stacks(target, nested=True)
+        self.maps: dict[str, list[int | None]] = {}
+        self.sources: dict[str, str] = {}
+        self.blocks: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.used_stages: dict[str, tuple[list[int], list[int]]] = {}
+        self.fallback: dict[str, str] = {}
+
+    def _stage_map(self, t_path: str, ss: Stack, st: Stack) -> list[int | None]:
+        if self.stages is not None and t_path in self.stages:
+            sa, sb = (list(x) for x in self.stages[t_path])
+            if len(sa) != ss.depth or len(sb) != st.depth:
+                raise ValueError(f"stages[{t_path!r}] must give {ss.depth} source and {st.depth} target stage ids")
+        else:
+            shapes = (self.block_shapes or {}).get(t_path)
+            sh_a, sh_b = shapes if shapes is not None else (_static_shapes(self.source, ss),
+                                                             _static_shapes(self.target, st))
+            sa, sb = stage_ids(list(sh_a)), stage_ids(list(sh_b))
+        self.used_stages[t_path] = (sa, sb)
+        if len(set(sa)) != len(set(sb)) and not (self.stages is not None and t_path in self.stages):
+            self.fallback[t_path] = "nearest_relative"
+            log.info("depth map: stack %r has %d stages in the source but %d in the target; using nearest_relative",
+                     t_path, len(set(sa)), len(set(sb)))
+            return depth_map(ss.depth, st.depth, "nearest_relative")
+        return stage_depth_map(sa, sb, sig_a=block_signatures(self.source, ss), sig_b=block_signatures(self.target, st),
+                               path=t_path)
+
+    def _top_map(self, t_path: str, ss: Stack, st: Stack) -> list[int | None]:
+        if self.rule == "cka":
+            if self.cka_scores is None or t_path not in self.cka_scores:
+                raise ValueError(f"depth_map='cka' needs CKA scores for stack {t_path!r}")
+            return list(monotone_assignment(self.cka_scores[t_path]))
+        if self.rule == "stage_relative":
+            return self._stage_map(t_path, ss, st)
+        return depth_map(ss.depth, st.depth, self.rule)  # type: ignore[arg-type]
+
+    def pair(self, t_path: str, s_path: str, top: bool) -> None:
+        st, ss = self.t_all[t_path], self.s_all[s_path]
+        if top:
+            self.maps[t_path] = self._top_map(t_path, ss, st)
+        else:
+            inner = "nearest_relative" if self.rule in ("cka", "stage_relative") else self.rule
+            self.maps[t_path] = depth_map(ss.depth, st.depth, inner)  # type: ignore[arg-type]
+        self.sources[t_path] = s_path
+        self.blocks[t_path] = (ss.blocks, st.blocks)
+        # nested stacks inside each target block, paired with those of its source block
+        for j, i in enumerate(self.maps[t_path]):
+            if i is None:
+                continue
+            prefix = st.block_name(j) + "."
+            for sub in self.t_all:
+                if not sub.startswith(prefix):
+                    continue
+                if any(o != sub and o.startswith(prefix) and sub.startswith(o + ".") for o in self.t_all):
+                    continue  # deeper than the next level: handled by its own parent
+                s_sub = f"{ss.block_name(i)}.{sub[len(prefix):]}"
+                if s_sub in self.s_all:
+                    self.pair(sub, s_sub, False)
+
+
+def build_layer_map(source: nn.Module, target: nn.Module, rule: DepthRule = DEFAULT_DEPTH_RULE, *,
                     cka_scores: dict[str, np.ndarray] | None = None,
                     block_shapes: Mapping[str, tuple[Sequence, Sequence]] | None = None,
                     stages: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None = None,
@@ -265,58 +377,24 @@ def build_layer_map(source: nn.Module, target: nn.Module, rule: DepthRule = "nea
     """
     check_choice("depth_map", rule, DEPTH_RULES)
     rename = _rename_fn(name_map)
-    s_all, t_all = find_stacks(source, nested=True), find_stacks(target, nested=True)
-    s_top, t_top = find_stacks(source), find_stacks(target)
-    maps: dict[str, list[int | None]] = {}
-    sources: dict[str, str] = {}
-    used_stages: dict[str, tuple[list[int], list[int]]] = {}
-
-    def pair(t_path: str, s_path: str, top: bool) -> None:
-        st, ss = t_all[t_path], s_all[s_path]
-        if rule == "cka" and top:
-            if cka_scores is None or t_path not in cka_scores:
-                raise ValueError(f"depth_map='cka' needs CKA scores for stack {t_path!r}")
-            maps[t_path] = list(monotone_assignment(cka_scores[t_path]))
-        elif rule == "stage_relative" and top:
-            if stages is not None and t_path in stages:
-                sa, sb = (list(x) for x in stages[t_path])
-                if len(sa) != ss.depth or len(sb) != st.depth:
-                    raise ValueError(f"stages[{t_path!r}] must give {ss.depth} source and {st.depth} target stage ids")
-            else:
-                shapes = (block_shapes or {}).get(t_path)
-                sh_a, sh_b = shapes if shapes is not None else (_static_shapes(source, s_path),
-                                                                 _static_shapes(target, t_path))
-                sa, sb = stage_ids(list(sh_a)), stage_ids(list(sh_b))
-            used_stages[t_path] = (sa, sb)
-            maps[t_path] = stage_depth_map(sa, sb, sig_a=block_signatures(source, s_path),
-                                           sig_b=block_signatures(target, t_path), path=t_path)
-        else:
-            inner_rule = "nearest_relative" if rule in ("cka", "stage_relative") else rule
-            maps[t_path] = depth_map(ss.depth, st.depth, inner_rule)
-        sources[t_path] = s_path
-        # nested stacks inside each target block, paired with those of its source block
-        for sub in t_all:
-            for j, i in enumerate(maps[t_path]):
-                prefix = f"{t_path}.{j}."
-                if not sub.startswith(prefix) or i is None:
-                    continue
-                rest = sub[len(prefix):]
-                if any(o != sub and o.startswith(prefix) and sub.startswith(o + ".") for o in t_all):
-                    continue  # deeper than the next level: handled by its own parent
-                s_sub = f"{s_path}.{i}.{rest}"
-                if s_sub in s_all:
-                    pair(sub, s_sub, False)
-
-    for path, st in t_top.items():
+    b = _Builder(source, target, rule, cka_scores, block_shapes, stages)
+    s_top = find_stacks(source)
+    for path, st in find_stacks(target).items():
         s_path = rename(path) if rename is not None else path
         if s_path not in s_top:
             raise ValueError(f"target stack {path!r} ({st.depth} blocks) has no counterpart in the source model "
                              f"(source stacks: {sorted(s_top) or 'none'})")
-        pair(path, s_path, True)
-    return LayerMap(maps, sources, rename=name_map, stages=used_stages)
+        b.pair(path, s_path, True)
+    return LayerMap(b.maps, b.sources, rename=name_map, stages=b.used_stages, blocks=b.blocks, fallback=b.fallback)
 
 
-def stack_blocks(model: nn.Module, paths: Sequence[str]) -> dict[str, list[nn.Module]]:
-    """The block modules of each stack path."""
-    mods = dict(model.named_modules())
-    return {p: list(mods[p].children()) for p in paths}
+def paired_stacks(source: nn.Module, target: nn.Module, name_map: NameMap = None) -> dict[str, tuple[Stack, Stack]]:
+    """``{target path: (source stack, target stack)}`` for the outermost target stacks that have a source counterpart."""
+    rename = _rename_fn(name_map)
+    s_top, t_top = find_stacks(source), find_stacks(target)
+    out = {}
+    for path, st in t_top.items():
+        s_path = rename(path) if rename is not None else path
+        if s_path in s_top:
+            out[path] = (s_top[s_path], st)
+    return out

@@ -24,7 +24,7 @@ from ftlab.transfer.layer_map import LayerMap
 from ftlab.transfer.spec import Rule, TransportSpec
 from ftlab.transfer.task_vector import TaskVector
 
-__all__ = ["as_vocab_map", "fused_block", "pad_truncate", "transport"]
+__all__ = ["as_vocab_map", "fused_block", "grouped_blocks", "grouped_dense", "pad_truncate", "transport"]
 
 
 def pad_truncate(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
@@ -57,7 +57,7 @@ def as_vocab_map(index, v_a: int, v_b: int, name: str) -> torch.Tensor:
     return idx
 
 
-def _grouped_dense(W: torch.Tensor, groups: int) -> torch.Tensor:
+def grouped_dense(W: torch.Tensor, groups: int) -> torch.Tensor:
     """``(c_out, c_in / g, k, k)`` -> the block-diagonal dense ``(c_out, c_in, k, k)``."""
     c_out, cig = W.shape[0], W.shape[1]
     dense = torch.zeros((c_out, cig * groups) + tuple(W.shape[2:]), dtype=W.dtype)
@@ -67,7 +67,7 @@ def _grouped_dense(W: torch.Tensor, groups: int) -> torch.Tensor:
     return dense
 
 
-def _grouped_blocks(D: torch.Tensor, groups: int) -> torch.Tensor:
+def grouped_blocks(D: torch.Tensor, groups: int) -> torch.Tensor:
     """The diagonal blocks of a dense ``(c_out, c_in, k, k)`` kernel as ``(c_out, c_in / g, k, k)``."""
     c_out, c_in = D.shape[0], D.shape[1]
     co, ci = c_out // groups, c_in // groups
@@ -104,14 +104,14 @@ def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: tor
         g_a = R_in.shape[0] // max(T.shape[1] * kk, 1)
         g_b = R_in.shape[1] // max(shape[1] * kk, 1) if len(shape) == 4 else 1
         if g_a > 1 and R_in.shape[0] == g_a * T.shape[1] * kk:
-            T = _grouped_dense(T, g_a)
+            T = grouped_dense(T, g_a)
             M = T.reshape(T.shape[0], -1)
         if M.shape != (R_out.shape[0], R_in.shape[0]):
             raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as out x in, but its maps expect "
                              f"{R_out.shape[0]} x {R_in.shape[0]}")
         D = (R_out.T @ M @ R_in)
         if g_b > 1 and R_in.shape[1] == g_b * shape[1] * kk:
-            D = _grouped_blocks(D.reshape(shape[0], g_b * shape[1], *shape[2:]), g_b)
+            D = grouped_blocks(D.reshape(shape[0], g_b * shape[1], *shape[2:]), g_b)
         return D.reshape(shape)
     if rule.kind == "weight":
         if M.shape != (R_out.shape[0], R_in.shape[0]):
@@ -127,7 +127,7 @@ def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: tor
 
 def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: Mapping[str, tuple[int, ...]],
               layer_map: LayerMap, maps: Mapping[str, tuple[torch.Tensor | None, torch.Tensor]],
-              depth_scale: float = 1.0, vocab_maps: Mapping[str, torch.Tensor] | None = None) -> TaskVector:
+              vocab_maps: Mapping[str, torch.Tensor] | None = None) -> TaskVector:
     """Map ``tau_a`` (keyed by source names) onto the target's parameters.
 
     Target parameters whose source layer is ``None`` (e.g. ``depth_map="prefix"`` beyond the
@@ -159,5 +159,5 @@ def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: M
                 val = _apply_rule(rule, fused_block(tau_a[src], rule.part), blk_shape, R_in, R_out, src, vocab)
                 i = rule.part[0]
                 res[i * blk_shape[0]:(i + 1) * blk_shape[0]] = val
-        out[pname] = (depth_scale * res).to(dtype)
+        out[pname] = res.to(dtype)
     return TaskVector(out)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ftlab.core.modes import module_mode
 from ftlab.core.validate import check_int, check_positive
 
 __all__ = ["ProbeClassifier", "encode", "fit_logistic", "fit_probe_head"]
@@ -96,13 +97,8 @@ def fit_probe_head(encoder: nn.Module, inputs, labels, *, n_classes: int | None 
                    batch_size: int = 128) -> nn.Linear:
     """The frozen linear-probe head of ``encoder`` (read in eval mode; every module's mode restored) fitted on
     ``(inputs, labels)``."""
-    modes = [(m, m.training) for m in encoder.modules()]
-    encoder.eval()
-    try:
+    with module_mode(encoder):
         feats = encode(encoder.features, inputs, batch_size=batch_size)  # type: ignore[arg-type]
-    finally:
-        for m, t in modes:
-            m.training = t
     W, b = fit_logistic(feats, np.asarray(labels), c=c, n_classes=n_classes)
     head = nn.Linear(W.shape[1], W.shape[0])
     with torch.no_grad():

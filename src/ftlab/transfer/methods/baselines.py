@@ -15,19 +15,22 @@ All of them follow the depth map (a target layer without a source layer gets zer
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
 from ftlab.core.validate import check_choice
-from ftlab.transfer.methods import Calibration, register
+from ftlab.transfer.align import MapFit
+from ftlab.transfer.calibrate import TargetGradients
+from ftlab.transfer.methods.registry import Calibration, Requirements, Statistics, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
 from ftlab.transfer.task_vector import TaskVector
 from ftlab.transfer.transport import pad_truncate
 
-__all__ = ["GradFix", "GradFixOptions", "NaiveOptions", "NaiveTransfer"]
+__all__ = ["FittedCopy", "FittedGradFix", "GradFix", "GradFixOptions", "NaiveOptions", "NaiveTransfer"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,41 @@ class GradFixOptions:
         check_choice("mode", self.mode, ("normal", "force"))
 
 
+@dataclass(frozen=True)
+class FittedCopy:
+    """The source task vector copied onto the target's names (padded/truncated or zeroed on a shape mismatch)."""
+
+    problem: TransferProblem
+    options: NaiveOptions
+    name: str
+    fits: Mapping[str, tuple[MapFit | None, MapFit | None]] = field(default_factory=dict)
+
+    def _source(self, tau_a: TaskVector, pname: str) -> torch.Tensor | None:
+        src = self.problem.layer_map.source_name(pname)
+        if src is None:
+            return None
+        if src not in tau_a:
+            raise ValueError(f"target parameter {pname!r} needs source parameter {src!r}, "
+                             "which the source task vector lacks")
+        return tau_a[src]
+
+    def _carry(self, pname: str, t: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor:
+        if t is None:
+            return torch.zeros(shape)
+        if tuple(t.shape) == shape:
+            return t.clone()
+        if self.options.strict_shapes:
+            raise ValueError(f"method {self.name!r} needs equal shapes, but {pname!r} is {shape} in the target and "
+                             f"{tuple(t.shape)} in the source (use naive or bico)")
+        if self.options.naive_mode == "zero":
+            return torch.zeros(shape, dtype=t.dtype)
+        return pad_truncate(t, shape)
+
+    def apply(self, tau_a: TaskVector) -> TaskVector:
+        return TaskVector({pname: self._carry(pname, self._source(tau_a, pname), tuple(shape))
+                           for pname, shape in self.problem.target_shapes.items()})
+
+
 class NaiveTransfer:
     """Copy the source task vector, padding/truncating (``pad_truncate``) or zeroing (``zero``) on shape mismatch.
 
@@ -69,49 +107,39 @@ class NaiveTransfer:
     def __init__(self, options: NaiveOptions | None = None, *, name: str = "naive"):
         self.options = options if options is not None else NaiveOptions()
         self.name = name
-        self.problem: TransferProblem | None = None
 
-    def requirements(self, point: Point) -> dict[str, str | None]:
-        return {"in": None, "out": None}
+    def requirements(self, point: Point) -> Requirements:
+        return {"in": (), "out": ()}
 
-    def prepare(self, problem: TransferProblem, stats=None) -> NaiveTransfer:
-        self.problem = problem
-        return self
-
-    def _source(self, tau_a: TaskVector, pname: str) -> torch.Tensor | None:
-        assert self.problem is not None
-        src = self.problem.layer_map.source_name(pname)
-        if src is None:
-            return None
-        if src not in tau_a:
-            raise ValueError(f"target parameter {pname!r} needs source parameter {src!r}, "
-                             "which the source task vector lacks")
-        return tau_a[src]
+    def prepare(self, problem: TransferProblem, stats: Statistics = None) -> FittedCopy:
+        return FittedCopy(problem, self.options, self.name)
 
     def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
         """Fail early (before any calibration) when shapes must match and do not."""
         if self.options.strict_shapes:
-            NaiveTransfer.prepare(self, problem)
-            NaiveTransfer.apply(self, tau_a)
+            self.prepare(problem).apply(tau_a)
+
+
+@dataclass(frozen=True)
+class FittedGradFix:
+    """The copied task vector kept where its sign agrees with the target's descent sign (``normal``), or
+    its magnitudes with that sign (``force``)."""
+
+    copy: FittedCopy
+    signs: Mapping[str, torch.Tensor]
+    mode: str
+    fits: Mapping[str, tuple[MapFit | None, MapFit | None]] = field(default_factory=dict)
 
     def apply(self, tau_a: TaskVector) -> TaskVector:
-        if self.problem is None:
-            raise ValueError(f"{self.name}: call prepare() before apply()")
         out = {}
-        for pname, target_shape in self.problem.target_shapes.items():
-            t = self._source(tau_a, pname)
-            shape = tuple(target_shape)
-            if t is None:
-                out[pname] = torch.zeros(shape)
-            elif tuple(t.shape) == shape:
-                out[pname] = t.clone()
-            elif self.options.strict_shapes:
-                raise ValueError(f"method {self.name!r} needs equal shapes, but {pname!r} is {shape} in the target and "
-                                 f"{tuple(t.shape)} in the source (use naive or bico)")
-            elif self.options.naive_mode == "zero":
-                out[pname] = torch.zeros(shape, dtype=t.dtype)
+        for k, t in self.copy.apply(tau_a).items():
+            s = self.signs.get(k)
+            if s is None:
+                out[k] = torch.zeros_like(t)  # no gradient information: GradFix keeps nothing
+            elif self.mode == "normal":
+                out[k] = t * (torch.sign(t) == s).to(t.dtype)
             else:
-                out[pname] = pad_truncate(t, shape)
+                out[k] = t.abs() * s.to(t.dtype)
         return TaskVector(out)
 
 
@@ -126,35 +154,22 @@ class GradFix:
         self.options = options if options is not None else GradFixOptions()
         self.name = name
         self._copy = NaiveTransfer(NaiveOptions(strict_shapes=True), name=name)
-        self.signs: dict[str, torch.Tensor] = {}
 
-    def requirements(self, point: Point) -> dict[str, str | None]:
-        return {"in": None, "out": None}
+    def requirements(self, point: Point) -> Requirements:
+        return {"in": (), "out": ()}
 
     def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
         self._copy.check(tau_a, problem)
 
-    def prepare(self, problem: TransferProblem, stats=None) -> GradFix:
-        """``stats = {"grad_sum": {name: sum of batch gradients}, "sign_votes": {name: sum of batch signs}}``."""
-        if stats is None:
-            raise ValueError("gradfix needs the target's calibration gradients")
-        self._copy.prepare(problem)
-        key = "grad_sum" if self.options.vote == "mean" else "sign_votes"
-        self.signs = {k: (torch.sign(-v) if key == "grad_sum" else torch.sign(v)).cpu() for k, v in stats[key].items()}
-        return self
-
-    def apply(self, tau_a: TaskVector) -> TaskVector:
-        raw = self._copy.apply(tau_a)
-        out = {}
-        for k, t in raw.items():
-            s = self.signs.get(k)
-            if s is None:
-                out[k] = torch.zeros_like(t)  # no gradient information: GradFix keeps nothing
-            elif self.options.mode == "normal":
-                out[k] = t * (torch.sign(t) == s).to(t.dtype)
-            else:
-                out[k] = t.abs() * s.to(t.dtype)
-        return TaskVector(out)
+    def prepare(self, problem: TransferProblem, stats: Statistics = None) -> FittedGradFix:
+        """``stats``: the target's calibration gradients (:class:`~ftlab.transfer.calibrate.TargetGradients`)."""
+        if not isinstance(stats, TargetGradients):
+            raise TypeError(f"gradfix needs the target's calibration gradients, got {type(stats).__name__}")
+        if self.options.vote == "mean":
+            signs = {k: torch.sign(-v).cpu() for k, v in stats.grad_sum.items()}
+        else:
+            signs = {k: torch.sign(v).cpu() for k, v in stats.sign_votes.items()}
+        return FittedGradFix(self._copy.prepare(problem), signs, self.options.mode)
 
 
 register("naive", human_name="Naive transfer (pad / truncate)",

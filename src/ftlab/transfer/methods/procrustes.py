@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -47,13 +48,13 @@ from ftlab.core.geometry import cka_from_moments
 from ftlab.core.stats import CrossMoments
 from ftlab.core.validate import check_choice, check_positive, check_range
 from ftlab.transfer.align import MapFit, SumMoments, fit_map, naive_map, procrustes_similarity
-from ftlab.transfer.methods import Calibration, register
+from ftlab.transfer.methods.registry import Calibration, Requirements, Statistics, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
 from ftlab.transfer.task_vector import TaskVector
 from ftlab.transfer.transport import transport
 
-__all__ = ["IN_MAPS", "OUT_MAPS", "ProcrustesOptions", "ProcrustesTransfer"]
+__all__ = ["IN_MAPS", "OUT_MAPS", "FittedMaps", "ProcrustesOptions", "ProcrustesTransfer", "completion_chain"]
 
 InMap = Literal["act", "grad_in", "naive"]
 OutMap = Literal["grad", "act", "naive"]
@@ -72,7 +73,6 @@ class ProcrustesOptions:
     center: bool = field(default=False, metadata={"help": "centre rows before the cross-covariances [U] (default off)"})
     whiten_p: float = field(default=0.0, metadata={"help": "partial whitening exponent in [0, 0.5] [U] (0 = off)"})
     eps: float = field(default=1e-8, metadata={"help": "relative eigenvalue floor for whitening"})
-    depth_scale: float = field(default=1.0, metadata={"help": "multiplies the transported task vector [U]"})
     complete: Literal["auto", "naive", "none"] = field(default="auto", metadata={
         "help": "rule for the subspace the statistics do not determine: auto (activations of the same space, "
                 "then pad/truncate), naive (pad/truncate) or none (the SVD's arbitrary choice)"})
@@ -89,116 +89,41 @@ class ProcrustesOptions:
             raise ValueError(f"center={self.center!r} is invalid: must be true or false")
         check_range("whiten_p", self.whiten_p, 0.0, 0.5)
         check_positive("eps", self.eps)
-        check_positive("depth_scale", self.depth_scale)
 
 
-class ProcrustesTransfer:
-    """Fit ``R_in``/``R_out`` per point from streamed cross-covariances, then transport (see the module table)."""
+def _primary(options: ProcrustesOptions, point: Point) -> dict[str, str | None]:
+    """The statistic each side's map is fitted on (None: the pad/truncate map, or no input map)."""
+    inside = None if point.kind in ("embedding", "norm", "norm2d") or options.in_map == "naive" else options.in_map
+    return {"in": inside, "out": None if options.out_map == "naive" else options.out_map}
 
-    calibration: Calibration = "maps"
 
-    def __init__(self, options: ProcrustesOptions | None = None, *, name: str = "bico"):
-        self.options = options if options is not None else ProcrustesOptions()
-        self.name = name
-        self.problem: TransferProblem | None = None
-        self.fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
-
-    def _primary(self, point: Point) -> dict[str, str | None]:
-        o = self.options
-        inside = None if point.kind in ("embedding", "norm", "norm2d") or o.in_map == "naive" else o.in_map
-        outside = None if o.out_map == "naive" else o.out_map
-        return {"in": inside, "out": outside}
-
-    def chain(self, side: str, primary: str | None, point: Point) -> tuple[str, ...]:
-        """The completion chain of one map side (statistic names; ``"naive"`` = the pad/truncate map)."""
-        c = self.options.complete
-        if c == "none" or primary is None:
-            return ()
-        if c == "naive" or point.kind == "depthwise":
-            return ("naive",)
-        if (side, primary) in (("out", "grad"), ("in", "grad_in")):
-            return ("act", "naive")
+def completion_chain(options: ProcrustesOptions, side: str, primary: str | None, point: Point) -> tuple[str, ...]:
+    """The completion chain of one map side (statistic names; ``"naive"`` = the pad/truncate map)."""
+    c = options.complete
+    if c == "none" or primary is None:
+        return ()
+    if c == "naive" or point.kind == "depthwise":
         return ("naive",)
+    if (side, primary) in (("out", "grad"), ("in", "grad_in")):
+        return ("act", "naive")
+    return ("naive",)
 
-    def requirements(self, point: Point) -> dict[str, tuple[str, ...]]:
-        """Statistics to collect on each side of ``point``: ``{"in": (...), "out": (...)}``, the fitted one first.
 
-        The others feed the completion rule.
-        """
-        prim = self._primary(point)
-        out: dict[str, list[str]] = {"in": [], "out": []}
-        for side in ("in", "out"):
-            p = prim[side]
-            if p is not None:
-                out[side].append(p)
-            for src in self.chain(side, p, point):
-                if src != "naive" and src not in out[side]:
-                    out[side].append(src)
-        return {k: tuple(v) for k, v in out.items()}
+@dataclass(frozen=True)
+class FittedMaps:
+    """Fitted Procrustes maps per target point; :meth:`apply` carries a source task vector onto the target.
 
-    @property
-    def needs_loss(self) -> bool:
-        return self.options.in_map == "grad_in" or self.options.out_map == "grad"
+    ``fits[target point] = (fit_in, fit_out)`` (:class:`~ftlab.transfer.align.MapFit`, or None where a
+    side is not fitted: the pad/truncate map is used there, or no input map for embeddings).
+    """
 
-    @property
-    def needs_second_moments(self) -> bool:
-        return self.options.whiten_p > 0
-
-    def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
-        """Nothing to check before calibration (shapes may differ)."""
-
-    def prepare(self, problem: TransferProblem, stats) -> ProcrustesTransfer:
-        """Fit the maps from ``stats[(target_point, side, statistic)]`` (:mod:`ftlab.transfer.calibrate`); returns self."""
-        if problem.pairs is None or problem.target_spec is None:
-            raise ValueError(f"{self.name}: the transfer problem has no paired capture points")
-        o = self.options
-        self.problem = problem
-        self.fits = {}
-        kw: dict = {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol}
-        for tp in problem.pairs:
-            point = problem.target_spec.points[tp]
-            prim = self._primary(point)
-
-            def chain(side: str, _prim=prim, _tp=tp, _point=point) -> tuple:
-                return tuple((src, None if src == "naive" else stats[(_tp, side, src)])
-                             for src in self.chain(side, _prim[side], _point))
-
-            if point.kind == "depthwise":  # one channel map for both sides, so the kernel stays depthwise
-                parts = [stats[(tp, side, prim[side])] for side in ("in", "out") if prim[side] is not None]
-                if not parts:
-                    self.fits[tp] = (None, None)
-                    continue
-                label = "+".join(f"{side}:{prim[side]}" for side in ("in", "out") if prim[side] is not None)
-                fit = fit_map(parts[0] if len(parts) == 1 else SumMoments(parts), source=label, name=f"{tp} (channels)",
-                              completion=(("naive", None),) if o.complete != "none" else (), **kw)
-                if len(parts) == 1:
-                    self.fits[tp] = (fit, fit)
-                    continue
-                # one map R for both sides; each side reports the alignment of its own statistic
-                sides = []
-                for part in parts:
-                    diag = isinstance(part, CrossMoments) and part.second
-                    sides.append(dataclasses.replace(
-                        fit, similarity=procrustes_similarity(part, o.center) if diag else math.nan,
-                        cka=cka_from_moments(part) if diag else math.nan))
-                self.fits[tp] = (sides[0], sides[1])
-                continue
-            fits: list[MapFit | None] = []
-            for side in ("in", "out"):
-                src = prim[side]
-                if src is None:
-                    fits.append(None)
-                else:
-                    fits.append(fit_map(stats[(tp, side, src)], source=src, name=f"{tp} ({side})",
-                                        completion=chain(side), **kw))
-            self.fits[tp] = (fits[0], fits[1])
-        return self
+    problem: TransferProblem
+    fits: Mapping[str, tuple[MapFit | None, MapFit | None]]
 
     def maps(self) -> dict[str, tuple[torch.Tensor | None, torch.Tensor]]:
         """``{target_point: (R_in, R_out)}`` (float64); naive or identity where a side was not fitted."""
         p = self.problem
-        if p is None or p.pairs is None or p.target_spec is None or p.source_spec is None:
-            raise ValueError(f"{self.name}: call prepare() before apply()")
+        assert p.pairs is not None and p.target_spec is not None and p.source_spec is not None
         out: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
         for tp, sp in p.pairs.items():
             pt_b, pt_a = p.target_spec.points[tp], p.source_spec.points[sp]
@@ -215,10 +140,93 @@ class ProcrustesTransfer:
     def apply(self, tau_a: TaskVector) -> TaskVector:
         """``tau_B = R_out^T tau_A R_in`` for every target parameter (zeros where the spec says so)."""
         p = self.problem
-        if p is None or p.target_spec is None:
-            raise ValueError(f"{self.name}: call prepare() before apply()")
+        assert p.target_spec is not None
         return transport(tau_a, target_spec=p.target_spec, target_shapes=p.target_shapes, layer_map=p.layer_map,
-                         maps=self.maps(), depth_scale=self.options.depth_scale, vocab_maps=p.vocab_maps)
+                         maps=self.maps(), vocab_maps=p.vocab_maps)
+
+
+class ProcrustesTransfer:
+    """Fit ``R_in``/``R_out`` per point from streamed cross-covariances, then transport (see the module table)."""
+
+    calibration: Calibration = "maps"
+
+    def __init__(self, options: ProcrustesOptions | None = None, *, name: str = "bico"):
+        self.options = options if options is not None else ProcrustesOptions()
+        self.name = name
+
+    def requirements(self, point: Point) -> Requirements:
+        """Statistics to collect on each side of ``point``: ``{"in": (...), "out": (...)}``, the fitted one first.
+
+        The others feed the completion rule.
+        """
+        prim = _primary(self.options, point)
+        out: dict[str, list[str]] = {"in": [], "out": []}
+        for side in ("in", "out"):
+            p = prim[side]
+            if p is not None:
+                out[side].append(p)
+            for src in completion_chain(self.options, side, p, point):
+                if src != "naive" and src not in out[side]:
+                    out[side].append(src)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @property
+    def needs_loss(self) -> bool:
+        return self.options.in_map == "grad_in" or self.options.out_map == "grad"
+
+    @property
+    def needs_second_moments(self) -> bool:
+        return self.options.whiten_p > 0
+
+    def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
+        """Nothing to check before calibration (shapes may differ)."""
+
+    def _fit_kw(self) -> dict:
+        o = self.options
+        return {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol}
+
+    def _fit_depthwise(self, tp: str, point: Point, stats) -> tuple[MapFit | None, MapFit | None]:
+        """One channel map for both sides, so the kernel stays depthwise; each side reports its own alignment."""
+        o, prim = self.options, _primary(self.options, point)
+        parts = [stats[(tp, side, prim[side])] for side in ("in", "out") if prim[side] is not None]
+        if not parts:
+            return (None, None)
+        label = "+".join(f"{side}:{prim[side]}" for side in ("in", "out") if prim[side] is not None)
+        fit = fit_map(parts[0] if len(parts) == 1 else SumMoments(parts), source=label, name=f"{tp} (channels)",
+                      completion=(("naive", None),) if o.complete != "none" else (), **self._fit_kw())
+        if len(parts) == 1:
+            return (fit, fit)
+        sides = []
+        for part in parts:
+            diag = isinstance(part, CrossMoments) and part.second
+            sides.append(dataclasses.replace(fit, similarity=procrustes_similarity(part, o.center) if diag else math.nan,
+                                             cka=cka_from_moments(part) if diag else math.nan))
+        return (sides[0], sides[1])
+
+    def _fit_point(self, tp: str, point: Point, stats) -> tuple[MapFit | None, MapFit | None]:
+        if point.kind == "depthwise":
+            return self._fit_depthwise(tp, point, stats)
+        prim = _primary(self.options, point)
+        fits: list[MapFit | None] = []
+        for side in ("in", "out"):
+            src = prim[side]
+            if src is None:
+                fits.append(None)
+                continue
+            chain = tuple((c, None if c == "naive" else stats[(tp, side, c)])
+                          for c in completion_chain(self.options, side, src, point))
+            fits.append(fit_map(stats[(tp, side, src)], source=src, name=f"{tp} ({side})", completion=chain,
+                                **self._fit_kw()))
+        return (fits[0], fits[1])
+
+    def prepare(self, problem: TransferProblem, stats: Statistics) -> FittedMaps:
+        """Fit the maps from ``stats[(target_point, side, statistic)]`` (:mod:`ftlab.transfer.calibrate`)."""
+        if problem.pairs is None or problem.target_spec is None:
+            raise RuntimeError(f"{self.name}: the transfer problem has no paired capture points")
+        if not isinstance(stats, Mapping):
+            raise TypeError(f"{self.name}: prepare needs the calibration statistics (a mapping), got {type(stats).__name__}")
+        fits = {tp: self._fit_point(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
+        return FittedMaps(problem, fits)
 
 
 _BICO = "Son, Jung, Park, Baik. Bilinear Coordinate Alignment for Training-Free Task-Vector Transfer. arXiv:2605.28444"
