@@ -31,7 +31,7 @@ from ftlab.transfer.align import MapFit
 from ftlab.transfer.batches import CalibrationData
 from ftlab.transfer.calibrate import block_output_shapes, collect_map_statistics, collect_target_grads, layer_cka_scores
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, paired_stacks
-from ftlab.transfer.methods import Method, Statistics, get_method, method_info
+from ftlab.transfer.methods import FittedTransfer, Method, Statistics, get_method, method_info
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import TransportSpec, infer_spec
@@ -68,7 +68,8 @@ class TransferResult:
     ``stage_relative`` used, ``{path: [source ids, target ids]}``); ``time_s`` wall time, split
     in ``timings`` (``calibration_s``: the forward-backward pass with capture and statistics;
     ``fit_s``: all map solves; ``apply_s``: transport); ``peak_rss_mb`` the process's peak resident
-    memory so far (``VmHWM``).
+    memory so far (``VmHWM``); ``fitted`` the method's fitted transfer (``fitted.apply(tau)`` carries
+    another task vector of the same source base with the same maps, no new calibration).
     """
 
     task_vector: TaskVector
@@ -84,6 +85,7 @@ class TransferResult:
     timings: dict = field(default_factory=dict)
     point_norms: dict = field(default_factory=dict)
     layer_stages: dict = field(default_factory=dict)
+    fitted: FittedTransfer | None = None
 
     def layers(self) -> list[dict]:
         """One record per target capture point: map shapes, CKA, alignment residuals, delta norms."""
@@ -299,7 +301,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
         layer_map=lmap.as_dict(), pairs=pairs, fits=dict(fitted.fits), n_batches=n_batches,
         time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(), source_norms=source_norms, timings=timings,
         point_norms=_point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {},
-        layer_stages=lmap.describe()["stages"])
+        layer_stages=lmap.describe()["stages"], fitted=fitted)
 
 
 def target_entries(model: nn.Module) -> dict[str, tuple[int, ...]]:

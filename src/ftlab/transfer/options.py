@@ -204,7 +204,7 @@ class TransferOptions:
             if callable(v) and not isinstance(v, Mapping):
                 v = {"callable": _callable_name(v)}
             elif name.endswith("_overrides") and v is not None:
-                v = {k: [dataclasses.asdict(r) for r in rules] for k, rules in v.items()}
+                v = {k: [{**dataclasses.asdict(r), "part": list(r.part)} for r in rules] for k, rules in v.items()}
             elif name == "vocab_map" and v is not None:
                 v = ({k: {"runs": _runs(t)} for k, t in v.items()} if isinstance(v, Mapping) else {"runs": _runs(v)})
             elif name == "stages" and v is not None:

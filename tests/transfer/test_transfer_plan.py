@@ -1,0 +1,154 @@
+"""The calibration plan (pure), the streaming pass against a one-shot computation, and resolve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ftlab.core.stats import CrossMoments
+from ftlab.transfer import TransferOptions, get_method
+from ftlab.transfer.align import AffineMoments
+from ftlab.transfer.api import pair_points, target_entries
+from ftlab.transfer.batches import CalibrationData
+from ftlab.transfer.calibrate import affine_maps, collect_map_statistics, resolve, stream
+from ftlab.transfer.layer_map import build_layer_map
+from ftlab.transfer.plan import aliased, collected, plan_calibration, share_rows
+from ftlab.transfer.problem import TransferProblem
+from ftlab.transfer.spec import Point, infer_spec
+
+DT = torch.float64
+pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")
+
+PTS = {"fc": Point("fc", "linear", 4, 6), "bn": Point("bn", "norm2d", 6, 6), "ln": Point("ln", "norm", 6, 6)}
+BICO = {"in": ("act",), "out": ("grad", "act")}
+
+
+def test_plan_lists_requests_fitted_first_and_derives_affine_outputs():
+    plan = plan_calibration({"fc": "fc"}, PTS, PTS, {"fc": BICO}, affine={"fc"})
+    assert [r.key for r in plan.requests] == [("fc", "in", "act"), ("fc", "out", "grad"), ("fc", "out", "act")]
+    assert [r.primary for r in plan.requests] == [True, True, False]
+    assert plan.derived == {("fc", "out", "act"): ("fc", "in", "act")}
+    assert plan.backward and not plan.input_grads and not plan.second
+    # without the affine fact nothing is derived: every statistic is streamed
+    assert plan_calibration({"fc": "fc"}, PTS, PTS, {"fc": BICO}).derived == {}
+
+
+def test_plan_adds_an_internal_input_request_to_derive_a_batchnorm_output():
+    plan = plan_calibration({"bn": "bn"}, PTS, PTS, {"bn": {"in": (), "out": ("grad", "act")}}, affine={"bn"})
+    internal = [r for r in plan.requests if r.internal]
+    assert [r.key for r in internal] == [("bn", "in", "act")]
+    assert plan.derived == {("bn", "out", "act"): ("bn", "in", "act")}
+    assert ("bn", "in", "act") not in plan.answered()
+    # a LayerNorm is not affine in its input: nothing derived, no internal request
+    ln = plan_calibration({"ln": "ln"}, PTS, PTS, {"ln": {"in": (), "out": ("grad", "act")}}, affine=set())
+    assert not any(r.internal for r in ln.requests) and ln.derived == {}
+
+
+def test_plan_refuses_an_unknown_statistic_naming_it():
+    with pytest.raises(ValueError, match="unknown statistic 'grads' on the out side of 'fc'"):
+        plan_calibration({"fc": "fc"}, PTS, PTS, {"fc": {"out": ("grads",)}})
+    with pytest.raises(ValueError, match="unknown statistic 'grad' on the in side"):
+        plan_calibration({"fc": "fc"}, PTS, PTS, {"fc": {"in": "grad"}})
+
+
+def test_share_rows_gives_identical_rows_one_owner_fitted_statistics_first():
+    pts = {n: Point(n, "linear", 4, 4) for n in ("q", "k")}
+    reqs = {"q": {"in": ("act",), "out": ("grad", "act")}, "k": {"in": ("act",), "out": ("grad",)}}
+    plan = plan_calibration({"q": "q", "k": "k"}, pts, pts, reqs, affine={"q"})
+    same = ("x", "y")  # q's and k's inputs are one tensor in each model
+    sig = {("q", "in", "act"): same, ("k", "in", "act"): same, ("q", "out", "grad"): 1, ("k", "out", "grad"): 2,
+           ("q", "out", "act"): 3}
+    owners = share_rows(plan, sig)
+    assert owners[("k", "in", "act")] == ("q", "in", "act") and owners[("q", "in", "act")] == ("q", "in", "act")
+    assert set(aliased(owners)) == {("q", "in", "act"), ("k", "in", "act")}
+    # derived statistics own no streamed accumulator; a request without rows owns an empty one
+    keys = collected(plan, share_rows(plan, {k: v for k, v in sig.items() if k != ("k", "out", "grad")}))
+    assert ("q", "out", "act") not in keys and ("k", "out", "grad") in keys
+    # the order: a fitted statistic claims shared rows before one read only by the completion rule
+    order = plan.sharing_order()
+    assert order.index(("q", "in", "act")) < order.index(("q", "out", "act"))
+
+
+class TwoHeads(nn.Module):
+    """One input feeds two linear layers (their input rows are one tensor), then a sum."""
+
+    def __init__(self, d, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a, self.b = nn.Linear(5, d), nn.Linear(5, d)
+        self.out = nn.Linear(d, 2)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.a(x)) + torch.tanh(self.b(x)))
+
+
+def _problem(A, B):
+    sa, sb = infer_spec(A), infer_spec(B)
+    lmap = build_layer_map(A, B)
+    return TransferProblem(lmap, target_entries(B), sa, sb, pair_points(sa, sb, lmap))
+
+
+def test_streamed_statistics_equal_a_one_shot_computation_and_shared_rows_share_one_accumulator():
+    A, B = TwoHeads(6, 0).double(), TwoHeads(7, 1).double()
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(9, 5, generator=g, dtype=DT), torch.randint(0, 2, (9,), generator=g)) for _ in range(3)]
+
+    def loss(m, b):
+        return nn.functional.cross_entropy(m(b[0]), b[1])
+
+    problem = _problem(A, B)
+    bico = get_method("bico")
+    reqs = {tp: bico.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
+    stats, n = collect_map_statistics(problem, reqs, A, B, CalibrationData(data), loss, TransferOptions())
+    assert n == 3
+    X = torch.cat([x for x, _ in data])
+    assert torch.allclose(stats[("a", "in", "act")].cross, X.T @ X, rtol=1e-12, atol=1e-12)
+    assert stats[("a", "in", "act")] is stats[("b", "in", "act")]  # one accumulator for the shared input rows
+    # output activations of a linear layer are derived from its inputs, exactly
+    der = stats[("a", "out", "act")]
+    assert isinstance(der, AffineMoments)
+    ya, yb = A.a(X).detach(), B.a(X).detach()
+    assert torch.allclose(der.covariance(), ya.T @ yb, rtol=1e-10, atol=1e-10)
+    # output gradients: per-sample gradients of the batch-mean loss, times the batch size (loss_reduction="mean")
+    ga = []
+    gb = []
+    for x, y in data:
+        for model, acc in ((A, ga), (B, gb)):
+            h = model.a(x).detach().requires_grad_(True)
+            out = model.out(torch.tanh(h) + torch.tanh(model.b(x)))
+            acc.append(torch.autograd.grad(nn.functional.cross_entropy(out, y), h)[0] * x.shape[0])
+    assert torch.allclose(stats[("a", "out", "grad")].cross, torch.cat(ga).T @ torch.cat(gb), rtol=1e-9, atol=1e-12)
+
+
+def test_stream_and_resolve_by_hand_match_the_convenience_function():
+    A, B = TwoHeads(6, 0).double(), TwoHeads(6, 2).double()
+    data = [(torch.randn(8, 5, dtype=DT), torch.randint(0, 2, (8,)))]
+    problem = _problem(A, B)
+    reqs = {tp: {"in": ("act",), "out": ("act",)} for tp in problem.pairs}  # activations only: no loss
+    pts_a, pts_b = problem.source_spec.points, problem.target_spec.points
+    affine = affine_maps(A, B, problem.pairs, pts_a, pts_b)
+    plan = plan_calibration(problem.pairs, pts_a, pts_b, reqs, affine=affine)
+    assert not plan.backward
+    streamed = stream(plan, A, B, CalibrationData(data), None, TransferOptions())
+    stats = resolve(plan, streamed, affine)
+    assert set(stats) == set(plan.answered())
+    assert all(isinstance(s, (CrossMoments, AffineMoments)) for s in stats.values())
+    assert len(streamed.accumulators) == 2  # the shared input of a and b, and the input of out
+
+
+def test_calibration_data_reads_a_one_shot_iterator_once_and_replays_its_head():
+    reads = []
+
+    def gen():
+        for i in range(4):
+            reads.append(i)
+            yield i
+
+    data = CalibrationData(gen())
+    assert [a for a, _ in data.head(2)] == [0, 1] and reads == [0, 1]
+    assert [a for a, _ in data] == [0, 1, 2, 3] and reads == [0, 1, 2, 3]
+    two = CalibrationData(source_batches=[1, 2], target_batches=[3, 4])
+    assert list(two) == [(1, 3), (2, 4)] and two.total == 2
+    with pytest.raises(ValueError, match="source_batches has 2 batches but target_batches has 3"):
+        CalibrationData(source_batches=[1, 2], target_batches=[1, 2, 3])
