@@ -31,8 +31,8 @@ Degenerate input
 Malformed input (no rows or no features, NaN/inf, mismatched shapes) raises ``ValueError``. A
 representation that is all zeros (after centring, when centring is asked for) leaves every metric
 0/0: PR, ENSD and CKA then return ``nan`` -- the same rule for the one-shot functions, the
-accumulator and :func:`cka_from_moments` (transfer diagnostics rely on it for layers no gradient
-reaches).
+accumulator and :func:`cka_from_moments` (so a layer that no gradient reaches reads as ``nan``, not as
+a number).
 
 Streaming
 ---------
@@ -40,8 +40,8 @@ Streaming
 (:class:`ftlab.core.stats.Moments` / :class:`~ftlab.core.stats.CrossMoments`, float64, mergeable) and
 answers all three metrics exactly, equal to the one-shot functions on the concatenated batches. It
 stores ``p x p`` (and ``p x q``) matrices, so it suits layers with up to a few thousand features
-(pool conv maps first). :func:`cka_from_moments` gives the CKA of any ``CrossMoments`` (the transfer
-calibration's statistics), optionally after a map ``R``.
+(pool conv maps first). :func:`cka_from_moments` gives the CKA of any ``CrossMoments`` (statistics
+streamed by any caller), optionally after a map ``R``.
 
 Every metric ends in one formula (``_pr``, ``_ensd``, ``_cka``, ``_hsic_unbiased``); the one-shot
 functions only choose whether the traces are formed in the sample space (``n x n``) or from the
@@ -323,9 +323,9 @@ class GeometryAccumulator:
 
     def _require(self, paired: bool) -> None:
         if self._x is None:
-            raise ValueError("the accumulator is empty: call update() first")
+            raise RuntimeError("the accumulator is empty: call update() first")
         if paired and not self.paired:
-            raise ValueError("this metric needs a pair: call update(X, Y)")
+            raise RuntimeError("this metric needs a pair: call update(X, Y)")
 
     def participation_ratio(self, *, center: bool = False, which: Literal["x", "y"] = "x") -> float:
         """PR of the accumulated X (``which="x"``) or Y (``which="y"``)."""

@@ -46,7 +46,7 @@ from ftlab.core.modes import module_mode
 __all__ = ["SUPPORTED", "Captured", "activations", "capture", "capture_points", "hook_count", "is_norm", "mha_points",
            "param_uses"]
 
-#: Module types whose inputs/outputs define transfer spaces (plus norm layers, see :func:`is_norm`).
+#: Parameterized module types captured by default (plus norm layers, see :func:`is_norm`, and HF ``Conv1D``).
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.MultiheadAttention)
 
 _NORMS = (nn.LayerNorm, nn.RMSNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm)

@@ -30,8 +30,8 @@ With ``kernel=True`` the accumulators also hold the row-norm sums that the unbia
 of Song et al. (2012) needs (``sum_n |x_n|^2 x_n``, ``sum_n |x_n|^4`` and, for a
 pair, ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n``, ``sum_n |a_n|^2 |b_n|^2``).
 
-This is ftlab's one streaming-moments implementation: :mod:`ftlab.transfer` fits its Procrustes maps
-on the cross-covariances, and :mod:`ftlab.core.geometry` computes PR, ENSD and linear CKA from the same
+This is ftlab's one streaming-moments implementation: cross-covariances for any caller that fits maps
+between two representations, and PR, ENSD and linear CKA in :mod:`ftlab.core.geometry` from the same
 sums (:class:`~ftlab.core.geometry.GeometryAccumulator`, :func:`~ftlab.core.geometry.cka_from_moments`).
 """
 

@@ -63,7 +63,6 @@ class ReportContext:
     workers: int | None = None
     scheduler: Any = None
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
     def section_dir(self, name: str) -> Path:
         d = self.out_dir / name

@@ -151,7 +151,7 @@ def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: M
                 if rule.kind == "zero":
                     continue
                 if rule.point is None:
-                    raise ValueError(f"rule {rule.kind!r} of {rule.param!r} names no capture point")
+                    raise RuntimeError(f"rule {rule.kind!r} of {rule.param!r} names no capture point")
                 R_in, R_out = maps[rule.point]
                 n = rule.part[1]
                 blk_shape = (shape[0] // n,) + shape[1:]
