@@ -19,7 +19,7 @@ import datetime as _dt
 import importlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
