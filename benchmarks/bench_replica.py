@@ -36,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import timeit, write_section  # noqa: E402
 from ftlab.dln.advisor import phase_diagram  # noqa: E402
-from ftlab.dln.replica.curves import learning_curve, make_expectation, solve_curve  # noqa: E402
+from ftlab.dln.model import InitScales  # noqa: E402
+from ftlab.dln.replica.curves import ExpectationOptions, learning_curve, make_expectation, solve_curve  # noqa: E402
 from ftlab.dln.tasks import TaskSpec  # noqa: E402
 
 SPEC = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5)
-SCALES = dict(c=1e-3, lam=0.0, gamma=0.0)
+SCALES = InitScales(c=1e-3, lam=0.0, gamma=0.0)
 ALPHAS = np.linspace(0.01, 0.5, 80)
 BLOCKS = [slice(2, 6), slice(30, 34), slice(55, 59)]
 
@@ -50,20 +51,20 @@ def main() -> None:
     p.add_argument("--skip-reproduce", action="store_true", help="Do not time `ftlab reproduce replica`.")
     args = p.parse_args()
 
-    ref = learning_curve(SPEC, **SCALES, alphas=ALPHAS, quadrature="legendre", n_nodes=32_000,
+    ref = learning_curve(SPEC, SCALES, ALPHAS, expectation=ExpectationOptions(n_nodes=32_000),
                          continuation="forward").error.to_numpy()
-    ref8k = learning_curve(SPEC, **SCALES, alphas=ALPHAS, quadrature="legendre", n_nodes=8_000,
+    ref8k = learning_curve(SPEC, SCALES, ALPHAS, expectation=ExpectationOptions(n_nodes=8_000),
                            continuation="forward").error.to_numpy()
     ref_change = float(np.max(np.abs(ref8k - ref)))
 
     out = {}
-    t_quad = timeit(lambda: out.__setitem__("quad", learning_curve(SPEC, **SCALES, alphas=ALPHAS)), repeat=3)
-    t_gh = timeit(lambda: out.__setitem__("gh", learning_curve(SPEC, **SCALES, alphas=ALPHAS, quadrature="hermite",
-                                                                  n_nodes=201)), repeat=3)
+    hermite = ExpectationOptions(quadrature="hermite", n_nodes=201)
+    t_quad = timeit(lambda: out.__setitem__("quad", learning_curve(SPEC, SCALES, ALPHAS)), repeat=3)
+    t_gh = timeit(lambda: out.__setitem__("gh", learning_curve(SPEC, SCALES, ALPHAS, expectation=hermite)), repeat=3)
     err_quad = float(np.max(np.abs(out["quad"].error.to_numpy() - ref)))
     err_gh = float(np.max(np.abs(out["gh"].error.to_numpy() - ref)))
 
-    mc_expect = make_expectation(SPEC, **SCALES, expectation="mc", mc=80_000, mc_seed=0)
+    mc_expect = make_expectation(SPEC, SCALES, options=ExpectationOptions(kind="mc", mc=80_000, mc_seed=0))
     mc_newton = solve_curve(mc_expect, ALPHAS, lambda_reg=1e-6, continuation="forward")
     err_mc_all = float(np.max(np.abs(mc_newton.error.to_numpy() - ref)))
     n_pts, t_mc, errs_damped, iters, unconv = 0, 0.0, [], [], 0
@@ -114,7 +115,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        df = phase_diagram(rho_pt=0.1, alpha=0.2, overlaps=np.linspace(0, 1, 40), ratios=np.geomspace(0.05, 5, 40),
+        df = phase_diagram(SPEC, alpha=0.2, overlaps=np.linspace(0, 1, 40), ratios=np.geomspace(0.05, 5, 40),
                            store=Path(tmp) / "phase.jsonl")
         t_phase = time.perf_counter() - t0
     n_ok = int(df.best.notna().sum())

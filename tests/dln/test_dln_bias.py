@@ -124,6 +124,23 @@ def test_implicit_bias_with_extreme_mixed_geometry():
     assert np.linalg.norm(g - proj) <= 1e-7 * max(np.linalg.norm(g), 1.0)
 
 
+def test_direct_newton_and_cg_newton_reach_the_same_argmin():
+    # max_cg = 0 factorizes the Hessian at every step (no conjugate gradients): an independent linear-algebra path
+    X, y, _ = _problem(dim=150, alpha=0.4, seed=2)
+    kv = 1e-6 * np.exp(np.random.default_rng(4).uniform(-3, 3, X.shape[1]))
+    cg, direct = solve_implicit_bias(X, y, kv), solve_implicit_bias(X, y, kv, max_cg=0)
+    assert cg.converged and direct.converged
+    np.testing.assert_allclose(cg.beta, direct.beta, rtol=1e-7, atol=1e-10)
+
+
+def test_newton_step_budget_flags_an_unfinished_solve():
+    X, y, _ = _problem()
+    full = solve_implicit_bias(X, y, 1e-12)
+    short = solve_implicit_bias(X, y, 1e-12, max_iter=2)
+    assert full.converged and full.n_iter > 2
+    assert not short.converged and short.n_iter == 2 and short.residual > 1e-12
+
+
 def test_implicit_bias_limits_are_l1_and_l2():
     X, y, _ = _problem()
     l1, l2 = min_l1_interpolator(X, y), min_l2_interpolator(X, y)

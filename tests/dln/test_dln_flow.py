@@ -132,6 +132,21 @@ def test_gd_approaches_the_flow_as_lr_shrinks():
     assert drifts[0] > drifts[1] > drifts[2] > 0
 
 
+def test_radau_and_bdf_integrators_end_at_the_same_point():
+    p = sample_problem(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), alpha=0.3, dim=60, seed=4)
+    w = ft_reset(oracle_pt(p.beta_pt_star, c=1e-2, lam=-0.5), gamma=0.1)
+    bdf, radau = gradient_flow(w, p.X_ft, p.y_ft), gradient_flow(w, p.X_ft, p.y_ft, method="Radau")
+    assert bdf.converged and radau.converged and (bdf.method, radau.method) == ("flow-BDF", "flow-Radau")
+    np.testing.assert_allclose(radau.beta, bdf.beta, rtol=1e-6, atol=1e-9)
+
+
+def test_gd_step_budget_stops_unconverged():
+    p = sample_problem(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=1.0), alpha=0.4, dim=50, seed=8)
+    w = ft_reset(oracle_pt(p.beta_pt_star, c=0.1, lam=0.0), gamma=0.3)
+    gd = gradient_descent(w, p.X_ft, p.y_ft, tol=1e-16, max_steps=10)
+    assert not gd.converged and gd.n_iter == 10 and gd.residual > 1e-16
+
+
 def test_flow_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="X must be"):
         gradient_flow(init_pt(5, c=1.0, lam=0.0), np.ones((3, 4)), np.ones(3))

@@ -84,6 +84,7 @@ def test_vectorized_and_regime_thresholds():
     assert m.l_order.shape == (7, 1) and m.regime.shape == (7, 1)
     assert regime(1.2, -0.05) == "I" and regime(1.2, -0.3) == "IV" and regime(1.8, -0.5) == "II"
     assert regime(1.8, -0.01) == "III" and regime(1.2, -0.05, pd_split=-0.01) == "IV"
+    assert regime(1.4, -0.05, l_split=1.3) == "III" and regime(1.4, -0.3, l_split=1.3) == "II"
 
 
 def test_bad_inputs():
@@ -124,15 +125,38 @@ def test_regime_one_is_pretraining_independent_on_every_coordinate():
 
 
 def test_the_zero_saddle_is_refused_by_every_entry_point():
-    from ftlab.dln import TaskSpec, k_from_pt, simulate_ptft
-    from ftlab.dln.replica.curves import learning_curve
+    # the keyword closed forms and InitScales, the one way into simulate / replica / advisor
+    from ftlab.dln import InitScales, k_from_pt
 
-    spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=1.0)
     for call in (lambda: metrics(beta_pt=1.0, beta_ft=1.0, c=1e-3, lam=-1.0, gamma=0.0),
                  lambda: k_from_pt(np.ones(3), c=1e-3, lam=-1.0, gamma=0.0),
-                 lambda: simulate_ptft(spec, c=1e-3, lam=-1.0, gamma=0.0, alpha=0.1, dim=20, seed=0),
-                 lambda: learning_curve(spec, c=1e-3, lam=-1.0, gamma=0.0, alphas=[0.1])):
+                 lambda: InitScales(c=1e-3, lam=-1.0, gamma=0.0)):
         with pytest.raises(ValueError, match="zero saddle"):
             call()
     with pytest.raises(ValueError, match="1e50"):
         metrics(beta_pt=1.0, beta_ft=1.0, c=1e308, lam=0.0, gamma=0.0)
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    ({"c": 0.0}, ValueError, "c=0.0 is out of range"), ({"lam": 1.5}, ValueError, "lam=1.5 is out of range"),
+    ({"gamma": -1.0}, ValueError, "gamma=-1.0 is out of range"), ({"c": float("nan")}, ValueError, "c="),
+    ({"gamma": 1e51}, ValueError, "1e50"), ({"lam": True}, TypeError, "InitScales.lam"),
+    ({"c": "0.1"}, TypeError, "InitScales.c"), ({"gamma": np.ones(2)}, TypeError, "InitScales.gamma"),
+])
+def test_init_scales_refuse_bad_values_and_types(kw, error, match):
+    from ftlab.dln import InitScales
+
+    with pytest.raises(error, match=match):
+        InitScales(**({"c": 1e-3, "lam": 0.0, "gamma": 0.0} | kw))
+
+
+def test_init_scales_are_plain_floats_and_agree_with_the_keyword_closed_forms():
+    import dataclasses
+
+    from ftlab.dln import InitScales
+
+    s = InitScales(c=np.float64(1e-3), lam=np.int64(0), gamma=10)
+    assert [type(v) for v in dataclasses.astuple(s)] == [float, float, float]
+    assert s == InitScales(c=1e-3, lam=0.0, gamma=10.0) and hash(s) == hash(InitScales(1e-3, 0.0, 10.0))
+    m = metrics(beta_pt=1.0, beta_ft=1.0, **dataclasses.asdict(s))
+    assert m.regime == "III" and m.k == pytest.approx(float(k_from_pt(1.0, c=1e-3, lam=0.0, gamma=10.0)))

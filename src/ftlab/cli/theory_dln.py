@@ -7,25 +7,13 @@ import itertools
 import click
 
 from ftlab.cli.output import emit, format_option
+from ftlab.cli.theory import alpha_pt_option, repeatable_scale_options, scales_options, setting_record, task_options
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _scales(multiple: bool):
-    def deco(f):
-        for name, default, text in reversed([
-            ("--c", 1e-3, "PT absolute init scale c (> 0)."),
-            ("--lam", 0.0, "PT relative scale lambda, normalized to [-1, 1] (authors' code: lambda_u = lam * c)."),
-            ("--gamma", 0.0, "FT readout re-initialization scale gamma (>= 0)."),
-        ]):
-            f = click.option(name, type=float, default=(default,) if multiple else default, multiple=multiple,
-                             show_default=True, help=text + (" Repeatable." if multiple else ""))(f)
-        return f
-    return deco
-
-
 @click.command(context_settings=_CTX)
-@_scales(multiple=True)
+@repeatable_scale_options
 @click.option("--beta-pt", type=float, multiple=True, default=(1.0,), show_default=True,
               help="|beta_PT| of the coordinate (the PT solution there). Repeatable.")
 @click.option("--beta-ft", type=float, multiple=True, default=(1.0,), show_default=True,
@@ -58,30 +46,19 @@ def metrics(c, lam, gamma, beta_pt, beta_ft, fmt):
 
 
 @click.command(context_settings=_CTX)
-@_scales(multiple=False)
-@click.option("--rho-pt", type=float, default=0.1, show_default=True, help="PT teacher sparsity in [0, 1].")
-@click.option("--rho-ft", type=float, default=None, help="FT teacher sparsity in [0, 1]  [default: 0.1].")
-@click.option("--overlap", type=float, default=None,
-              help="omega = |S_PT ∩ S_FT| / |S_FT|  [default: 1]. Or give --rho-shared and --rho-new.")
-@click.option("--rho-shared", type=float, default=None, help="P(FT-active | PT-active); with --rho-new.")
-@click.option("--rho-new", type=float, default=None, help="P(FT-active | PT-inactive); with --rho-shared.")
-@click.option("--alpha-pt", type=float, default=None,
-              help="PT samples per dimension; omitted = exact infinite-PT oracle.")
+@scales_options
+@task_options
+@alpha_pt_option
 @click.option("--alpha", type=float, multiple=True, default=(0.3,), show_default=True,
               help="FT samples per dimension (N = round(alpha D)). Repeatable.")
 @click.option("--dim", type=int, default=500, show_default=True, help="Dimension D.")
 @click.option("--seeds", type=int, default=1, show_default=True, help="Number of seeds (0 .. seeds-1).")
-@click.option("--noise", type=float, default=0.0, show_default=True, help="FT label-noise std sigma.")
-@click.option("--pt-noise", type=float, default=0.0, show_default=True, help="PT label-noise std (with --alpha-pt).")
-@click.option("--pt-magnitude", type=click.Choice(["fixed", "gaussian"]), default="fixed", show_default=True,
-              help="PT teacher values: a_pt on the support (authors' code) or N(0, 1/rho_pt) [U].")
 @click.option("--method", type=click.Choice(["flow", "gd"]), default="flow", show_default=True,
               help="Exact gradient flow, or the authors' GD (lr 0.5, stop at train MSE < 1e-4).")
 @click.option("--beta-pt", type=float, default=1.0, show_default=True, help="|beta_PT| for the l_order/pd columns.")
 @click.option("--beta-ft", type=float, default=1.0, show_default=True, help="|beta_FT| for the l_order/pd columns.")
 @format_option
-def simulate(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, alpha, dim, seeds, noise, pt_noise,
-             pt_magnitude, method, beta_pt, beta_ft, fmt):
+def simulate(scales, spec, alpha_pt, alpha, dim, seeds, method, beta_pt, beta_ft, fmt):
     """Simulate pretraining + fine-tuning of the diagonal network; compare with the implicit bias.
 
     \b
@@ -98,14 +75,13 @@ def simulate(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_
       ftlab theory simulate --rho-shared 0.5 --rho-new 0.05 --alpha-pt 0.2 --format json
       ftlab theory simulate --method gd --dim 1000 --alpha 0.2
     """
+    from dataclasses import asdict
+
     from ftlab.core.progress import progress
     from ftlab.core.validate import check_int, check_memory, check_positive
-    from ftlab.dln.bias import check_scales
     from ftlab.dln.regimes import metrics as compute
     from ftlab.dln.simulate import memory_estimate, simulate_ptft
-    from ftlab.dln.tasks import TaskSpec
 
-    check_scales(c=c, lam=lam, gamma=gamma)
     dim = check_int("dim", dim, 1)
     seeds = check_int("seeds", seeds, 1)
     for a in alpha:
@@ -115,22 +91,12 @@ def simulate(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_
     check_memory(f"simulate --dim {dim} --alpha {max(alpha):g}", memory_estimate(dim=dim, alpha=max(alpha),
                                                                                  alpha_pt=alpha_pt),
                  hint="reduce --dim or --alpha")
-    extra = {"noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
-    if rho_shared is not None or rho_new is not None:
-        if rho_shared is None or rho_new is None or overlap is not None or rho_ft is not None:
-            raise ValueError("rho_shared/rho_new: give both, and neither --overlap nor --rho-ft with them")
-        spec = TaskSpec.from_conditional(rho_pt=rho_pt, rho_shared=rho_shared, rho_new=rho_new, **extra)
-    else:
-        spec = TaskSpec(rho_pt=rho_pt, rho_ft=0.1 if rho_ft is None else rho_ft,
-                        overlap=1.0 if overlap is None else overlap, **extra)
-    m = compute(beta_pt=beta_pt, beta_ft=beta_ft, c=c, lam=lam, gamma=gamma)
-    base = {"c": c, "lam": lam, "gamma": gamma, "rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft, "overlap": spec.overlap,
-            "rho_shared": spec.rho_shared, "rho_new": spec.rho_new, "alpha_pt": alpha_pt, "dim": dim, "noise": noise,
-            "method": method}
+    m = compute(beta_pt=beta_pt, beta_ft=beta_ft, **asdict(scales))
+    base = setting_record(spec, scales, alpha_pt) | {"dim": dim, "noise": spec.noise, "method": method}
     points = list(itertools.product(alpha, range(seeds)))
     records = []
     for a, s in progress(points, desc="simulate", total=len(points)):
-        r = simulate_ptft(spec, c=c, lam=lam, gamma=gamma, alpha_pt=alpha_pt, alpha=a, dim=dim, seed=s, method=method)
+        r = simulate_ptft(spec, scales, alpha_pt=alpha_pt, alpha=a, dim=dim, seed=s, method=method)
         records.append(base | {"alpha": a, "seed": s, "error": r.error, "error_pred": r.error_pred,
                                "distance": r.distance, "pt_error": r.pt_error, "l_order": m.l_order, "pd": m.pd,
                                "regime": m.regime, "converged": r.converged, "n_iter": r.n_iter})

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ftlab.cli.output import emit, format_option
+from ftlab.cli.theory import alpha_pt_option, scales_options, setting_record, task_options
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -44,45 +45,10 @@ def parse_alphas(values: tuple[str, ...], grid: str | None, *, allow_long: bool 
     return sorted(set(out))
 
 
-def task_spec(*, rho_pt, rho_ft, overlap, rho_shared, rho_new, noise, pt_noise, pt_magnitude):
-    """Build a TaskSpec from the shared flags (either --rho-ft/--overlap or --rho-shared/--rho-new)."""
-    from ftlab.dln.tasks import TaskSpec
-
-    extra = {"noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
-    if rho_shared is not None or rho_new is not None:
-        if rho_shared is None or rho_new is None or overlap is not None or rho_ft is not None:
-            raise ValueError("rho_shared/rho_new: give both, and neither --overlap nor --rho-ft with them")
-        return TaskSpec.from_conditional(rho_pt=rho_pt, rho_shared=rho_shared, rho_new=rho_new, **extra)
-    return TaskSpec(rho_pt=rho_pt, rho_ft=0.1 if rho_ft is None else rho_ft, overlap=1.0 if overlap is None else overlap,
-                    **extra)
-
-
-def _task_options(f):
-    opts = [
-        click.option("--rho-pt", type=float, default=0.1, show_default=True, help="PT teacher sparsity in [0, 1]."),
-        click.option("--rho-ft", type=float, default=None, help="FT teacher sparsity in [0, 1]  [default: 0.1]."),
-        click.option("--overlap", type=float, default=None,
-                     help="omega = |S_PT ∩ S_FT| / |S_FT|  [default: 1]. Or give --rho-shared and --rho-new."),
-        click.option("--rho-shared", type=float, default=None, help="P(FT-active | PT-active); with --rho-new."),
-        click.option("--rho-new", type=float, default=None, help="P(FT-active | PT-inactive); with --rho-shared."),
-        click.option("--alpha-pt", type=float, default=None,
-                     help="PT samples per dimension (imperfect PT); omitted = infinite-PT oracle."),
-        click.option("--noise", type=float, default=0.0, show_default=True, help="FT label-noise std sigma."),
-        click.option("--pt-noise", type=float, default=0.0, show_default=True,
-                     help="PT label-noise std (with --alpha-pt)."),
-        click.option("--pt-magnitude", type=click.Choice(["fixed", "gaussian"]), default="fixed", show_default=True,
-                     help="PT teacher values: a_pt = 1 on the support (authors' code) or N(0, 1/rho_pt) [U]."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
 @click.command(context_settings=_CTX)
-@click.option("--c", type=float, default=1e-3, show_default=True, help="PT absolute init scale c (> 0).")
-@click.option("--lam", type=float, default=0.0, show_default=True, help="PT relative scale lambda in [-1, 1].")
-@click.option("--gamma", type=float, default=0.0, show_default=True, help="FT readout re-init scale gamma (>= 0).")
-@_task_options
+@scales_options
+@task_options
+@alpha_pt_option
 @click.option("--alpha", "alpha", multiple=True, help="FT samples per dimension. Repeatable.")
 @click.option("--alphas", "alpha_grid", default=None, help="Grid START:STOP:N (inclusive linspace), e.g. 0.01:0.5:80.")
 @click.option("--seeds", type=int, default=0, show_default=True,
@@ -101,8 +67,8 @@ def _task_options(f):
 @click.option("--workers", type=int, default=None, help="Local worker processes for the simulation sweep (>= 1).")
 @click.option("--yes", "allow_long", is_flag=True, help=f"Allow more than {MAX_POINTS:,} alpha points.")
 @format_option
-def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noise, pt_magnitude,
-          alpha, alpha_grid, seeds, dim, sim_method, expectation, lambda_reg, out, scheduler, workers, allow_long, fmt):
+def curve(scales, spec, alpha_pt, alpha, alpha_grid, seeds, dim, sim_method, expectation, lambda_reg, out, scheduler,
+          workers, allow_long, fmt):
     """Replica learning curve E_g(alpha) of fine-tuning, optionally against simulations.
 
     \b
@@ -121,15 +87,14 @@ def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt,
     """
     import contextlib
 
+    import numpy as np
+
     from ftlab.core.results import output_lock
     from ftlab.core.validate import check_int, check_memory, check_workers
-    from ftlab.dln.bias import check_scales
+    from ftlab.dln.replica.curves import ExpectationOptions, learning_curve
     from ftlab.dln.simulate import memory_estimate
 
-    check_scales(c=c, lam=lam, gamma=gamma)
     check_workers(workers)
-    spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
-                     noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
     alphas = parse_alphas(alpha, alpha_grid, allow_long=allow_long)
     check_int("seeds", seeds, 0)
     if seeds > 0:
@@ -137,41 +102,41 @@ def curve(c, lam, gamma, rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt,
         check_memory(f"simulations at --dim {dim}, alpha {max(alphas):g}",
                      memory_estimate(dim=dim, alpha=max(alphas), alpha_pt=alpha_pt), hint="reduce --dim")
     with output_lock(out) if out is not None else contextlib.nullcontext():
-        _curve(spec, c=c, lam=lam, gamma=gamma, alphas=alphas, alpha_pt=alpha_pt, noise=noise, pt_noise=pt_noise,
-               pt_magnitude=pt_magnitude, seeds=seeds, dim=dim, sim_method=sim_method, expectation=expectation,
-               lambda_reg=lambda_reg, out=out, scheduler=scheduler, workers=workers, fmt=fmt)
-
-
-def _curve(spec, *, c, lam, gamma, alphas, alpha_pt, noise, pt_noise, pt_magnitude, seeds, dim, sim_method, expectation,
-           lambda_reg, out, scheduler, workers, fmt):
-    import numpy as np
-
-    from ftlab.core.results import save_table, staged_output
-    from ftlab.dln.replica.curves import learning_curve, simulate_curve
-
-    df = learning_curve(spec, c=c, lam=lam, gamma=gamma, alphas=alphas, alpha_pt=alpha_pt, expectation=expectation,
-                        lambda_reg=lambda_reg)
-    inputs = {"c": c, "lam": lam, "gamma": gamma, "rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft,
-              "overlap": spec.overlap, "rho_shared": spec.rho_shared, "rho_new": spec.rho_new, "alpha_pt": alpha_pt,
-              "noise": noise, "pt_noise": pt_noise, "pt_magnitude": pt_magnitude}
-    if seeds > 0:
-        store = out / "simulations.jsonl" if out is not None else None  # written in place: resumable
-        agg, _ = simulate_curve(rho_pt=spec.rho_pt, rho_ft=spec.rho_ft, overlap=spec.overlap, c=c, lam=lam,
-                                gamma=gamma, alphas=alphas, dim=dim, seeds=range(seeds), alpha_pt=alpha_pt,
-                                pt_magnitude=pt_magnitude, noise=noise, pt_noise=pt_noise, method=sim_method,
-                                store=store, scheduler=scheduler, workers=workers)
-        df = df.merge(agg[["alpha", "sim_error_mean", "sim_error_ci", "n_seeds"]], on="alpha", how="left")
-    for k_, v in reversed(list(inputs.items())):
-        df.insert(0, k_, v)
-    if out is not None:
-        with staged_output(out) as stage:
-            save_table(df, stage / "curve.csv", params=inputs | {"expectation": expectation, "dim": dim,
-                                                                 "seeds": seeds, "sim_method": sim_method})
-            _plot_curve(df, stage / "curve.png", title=f"c={c:g}, lam={lam:g}, gamma={gamma:g}")
+        df = learning_curve(spec, scales, alphas, alpha_pt=alpha_pt, lambda_reg=lambda_reg,
+                            expectation=ExpectationOptions(kind=expectation))
+        if seeds > 0:
+            store = out / "simulations.jsonl" if out is not None else None  # written in place: resumable
+            agg = _simulations(spec, scales, alphas, alpha_pt, dim=dim, seeds=seeds, method=sim_method, store=store,
+                               scheduler=scheduler, workers=workers)
+            df = df.merge(agg[["alpha", "sim_error_mean", "sim_error_ci", "n_seeds"]], on="alpha", how="left")
+        inputs = setting_record(spec, scales, alpha_pt) | {"noise": spec.noise, "pt_noise": spec.pt_noise,
+                                                           "pt_magnitude": spec.pt_magnitude}
+        for k_, v in reversed(list(inputs.items())):
+            df.insert(0, k_, v)
+        if out is not None:
+            params = inputs | {"expectation": expectation, "dim": dim, "seeds": seeds, "sim_method": sim_method}
+            _write_curve(df, out, params=params, title=f"c={scales.c:g}, lam={scales.lam:g}, gamma={scales.gamma:g}")
     if not bool(np.all(df["converged"])):
         click.echo(f"ftlab: warning: {int((~df['converged']).sum())} alpha point(s) did not converge "
                    "(converged=False in the output)", err=True)
     emit(df.to_dict("records"), fmt)
+
+
+def _simulations(spec, scales, alphas, alpha_pt, *, dim, seeds, method, **run):
+    """Per-alpha simulated errors over seeds 0 .. seeds-1 (:func:`ftlab.dln.replica.curves.simulate_curve`)."""
+    from ftlab.dln.replica.curves import simulate_curve
+
+    agg, _ = simulate_curve(spec, scales, alphas, dim=dim, seeds=range(seeds), alpha_pt=alpha_pt, method=method, **run)
+    return agg
+
+
+def _write_curve(df, out: Path, *, params: dict, title: str) -> None:
+    """curve.csv (+ sidecar) and curve.png in ``out``, both or neither."""
+    from ftlab.core.results import save_table, staged_output
+
+    with staged_output(out) as stage:
+        save_table(df, stage / "curve.csv", params=params)
+        _plot_curve(df, stage / "curve.png", title=title)
 
 
 def _plot_curve(df, path: Path, *, title: str) -> None:
@@ -193,7 +158,8 @@ def _plot_curve(df, path: Path, *, title: str) -> None:
 
 
 @click.command(context_settings=_CTX)
-@_task_options
+@task_options
+@alpha_pt_option
 @click.option("--alpha", type=float, required=True, help="FT samples per dimension alpha_FT (> 0).")
 @click.option("--no-refine", is_flag=True, help="Grid search only (no Nelder-Mead polish).")
 @click.option("--phase-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -203,8 +169,7 @@ def _plot_curve(df, path: Path, *, title: str) -> None:
 @click.option("--workers", type=int, default=None, help="Local worker processes for the phase-diagram sweep (>= 1).")
 @click.option("--yes", "allow_long", is_flag=True, help=f"Allow more than {MAX_CELLS:,} phase-diagram cells.")
 @format_option
-def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noise, pt_magnitude, alpha, no_refine,
-           phase_out, phase_size, scheduler, workers, allow_long, fmt):
+def advise(spec, alpha_pt, alpha, no_refine, phase_out, phase_size, scheduler, workers, allow_long, fmt):
     """Best initialization (c, lambda, gamma) for given task statistics, by replica theory.
 
     \b
@@ -213,6 +178,7 @@ def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noi
     corner (c = 1e-3; I: lam -1, gamma 1e-3; II: lam 0, gamma 0; III: gamma 10; IV: lam -0.99).
     The best (c, lambda, gamma) are printed in full precision, so they can be pasted back.
     Beyond the paper: a search over the theory's predictions, not a claim of the paper.
+    With --phase-out, the phase diagram keeps the task's other statistics (rho_PT, noise, PT magnitudes).
 
     \b
     Examples:
@@ -220,11 +186,8 @@ def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noi
       ftlab theory advise --rho-shared 0.2 --rho-new 0.05 --alpha 0.2 --format json
       ftlab theory advise --overlap 0 --alpha 0.15 --phase-out runs/phase.png
     """
-    import numpy as np
-
-    from ftlab.core.results import output_lock, save_table, staged_output
     from ftlab.core.validate import check_int, check_positive, check_suffix, check_work, check_workers
-    from ftlab.dln.advisor import CORNERS, phase_diagram
+    from ftlab.dln.advisor import CORNERS
     from ftlab.dln.advisor import advise as run_advise
 
     check_positive("alpha", alpha)
@@ -233,23 +196,29 @@ def advise(rho_pt, rho_ft, overlap, rho_shared, rho_new, alpha_pt, noise, pt_noi
     if phase_out is not None:
         check_suffix("phase_out", phase_out, (".png",))
         check_work(f"--phase-size {n}: the number of phase-diagram cells", n * n, MAX_CELLS, allow=allow_long)
-    spec = task_spec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, rho_shared=rho_shared, rho_new=rho_new,
-                     noise=noise, pt_noise=pt_noise, pt_magnitude=pt_magnitude)
     adv = run_advise(spec, alpha=alpha, alpha_pt=alpha_pt, refine=not no_refine)
     rec = {"rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft, "overlap": spec.overlap, "alpha": alpha, "alpha_pt": alpha_pt,
-           "best_c": adv.c, "best_lam": adv.lam, "best_gamma": adv.gamma, "best_regime": adv.regime,
-           "best_error": adv.error}
-    rec |= {f"corner_{n}_error": adv.corners[n] for n in CORNERS}
+           "best_c": adv.scales.c, "best_lam": adv.scales.lam, "best_gamma": adv.scales.gamma,
+           "best_regime": adv.regime, "best_error": adv.error}
+    rec |= {f"corner_{name}_error": adv.corners[name] for name in CORNERS}
     emit([rec], fmt, exact=("best_c", "best_lam", "best_gamma"))
     if phase_out is not None:
-        target = Path(phase_out)
-        ratios = np.geomspace(0.05, 5.0, n)
-        with output_lock(target.with_suffix("")):
-            df = phase_diagram(rho_pt=spec.rho_pt, alpha=alpha, overlaps=np.linspace(0.0, 1.0, n), ratios=ratios,
-                               alpha_pt=alpha_pt, noise=noise, scheduler=scheduler, workers=workers)
-            with staged_output(target.parent) as stage:  # the PNG and its CSV appear together or not at all
-                save_table(df, stage / target.with_suffix(".csv").name, params={"rho_pt": spec.rho_pt, "alpha": alpha})
-                plot_phase(df, stage / target.name, title=f"best regime, rho_PT={spec.rho_pt:g}, alpha_FT={alpha:g}")
+        _phase(spec, alpha, alpha_pt, n, Path(phase_out), scheduler=scheduler, workers=workers)
+
+
+def _phase(spec, alpha, alpha_pt, n: int, target: Path, **run) -> None:
+    """The n x n best-regime phase diagram at ``alpha``: ``target`` (PNG) and its CSV, both or neither."""
+    import numpy as np
+
+    from ftlab.core.results import output_lock, save_table, staged_output
+    from ftlab.dln.advisor import phase_diagram
+
+    with output_lock(target.with_suffix("")):
+        df = phase_diagram(spec, alpha=alpha, overlaps=np.linspace(0.0, 1.0, n), ratios=np.geomspace(0.05, 5.0, n),
+                           alpha_pt=alpha_pt, **run)
+        with staged_output(target.parent) as stage:
+            save_table(df, stage / target.with_suffix(".csv").name, params={"rho_pt": spec.rho_pt, "alpha": alpha})
+            plot_phase(df, stage / target.name, title=f"best regime, rho_PT={spec.rho_pt:g}, alpha_FT={alpha:g}")
 
 
 def plot_phase(df, path: Path, *, title: str) -> None:

@@ -1,8 +1,9 @@
 """Diagonal linear networks through pretraining and fine-tuning (Anguita et al. 2026, arXiv 2602.20062).
 
 * :mod:`ftlab.dln.tasks`: teacher-student tasks (sparsity, overlap, noise) and Gaussian designs.
-* :mod:`ftlab.dln.model`: the four weight vectors, PT init from (c, lam), the exact infinite-PT
-  oracle, the FT reset with readout scale gamma, conserved quantities and k.
+* :mod:`ftlab.dln.model`: the init scales (c, lam, gamma) as one :class:`InitScales`, the four
+  weight vectors, PT init from (c, lam), the exact infinite-PT oracle, the FT reset with readout
+  scale gamma, conserved quantities and k.
 * :mod:`ftlab.dln.flow`: exact gradient flow (stiff ODE, hyperbolic rotations) and the authors' GD.
 * :mod:`ftlab.dln.bias`: the potential q_k, k from PT, and the interpolators (implicit-bias argmin,
   minimum l1, minimum l2).
@@ -26,7 +27,7 @@ from ftlab.dln.bias import (
     solve_implicit_bias,
 )
 from ftlab.dln.flow import TrainResult, gradient_descent, gradient_flow, invariant_drift
-from ftlab.dln.model import Weights, beta_coefficients, ft_reset, init_pt, oracle_pt, rotate
+from ftlab.dln.model import InitScales, Weights, beta_coefficients, ft_reset, init_pt, oracle_pt, rotate
 from ftlab.dln.regimes import (
     CORNER_C,
     REGIME_COLORS,
@@ -49,7 +50,7 @@ __all__ = [
     "TrainResult", "gradient_descent", "gradient_flow", "invariant_drift",
     "CORNER_C", "REGIME_COLORS", "REGIME_CORNERS", "REGIMES", "Metrics", "l_order", "l_order_of_t", "metrics",
     "pretraining_dependence", "pt_sensitivity", "regime",
-    "Weights", "beta_coefficients", "ft_reset", "init_pt", "oracle_pt", "rotate",
+    "InitScales", "Weights", "beta_coefficients", "ft_reset", "init_pt", "oracle_pt", "rotate",
     "SimulationResult", "simulate_ptft",
     "Problem", "TaskSpec", "n_samples", "sample_design", "sample_labels", "sample_problem", "sample_teachers",
 ]

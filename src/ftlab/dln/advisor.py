@@ -20,22 +20,26 @@ ftlab [U]. :func:`phase_diagram` maps the best corner over ``(omega, rho_FT / rh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from ftlab.core.validate import check_positive
-from ftlab.dln.regimes import CORNER_C, REGIME_CORNERS
-from ftlab.dln.replica.expect import QuadratureExpectation
-from ftlab.dln.replica.prior import ft_prior
-from ftlab.dln.replica.solver import solve_point
+from ftlab.dln.model import InitScales, check_setting
+from ftlab.dln.regimes import CORNER_C, REGIME_CORNERS, metrics
+from ftlab.dln.replica.curves import ExpectationOptions, make_expectation, task_point
+from ftlab.dln.replica.solver import FixedPoint, solve_point
+from ftlab.dln.tasks import TaskSpec
 
 __all__ = ["CORNERS", "Advice", "predicted_error", "advise", "phase_diagram", "phase_row", "regime_of"]
 
-CORNERS: dict[str, tuple[float, float, float]] = {
-    name: (CORNER_C, lam, gamma) for name, (lam, gamma) in REGIME_CORNERS.items()
+#: The four regime corners as initializations (c = CORNER_C).
+CORNERS: dict[str, InitScales] = {
+    name: InitScales(c=CORNER_C, lam=lam, gamma=gamma) for name, (lam, gamma) in REGIME_CORNERS.items()
 }
+#: The advisor's expectations: 400-node composite Gauss-Legendre (about 2.5e-4 accuracy, docs/replica.md).
+EXPECTATION = ExpectationOptions(n_nodes=400)
 
 DEFAULT_C = tuple(float(x) for x in np.geomspace(1e-6, 1.0, 7))
 DEFAULT_LAM = (-0.999999, -0.9999, -0.999, -0.99, -0.9, -0.5, 0.0, 0.5, 0.99)
@@ -46,49 +50,37 @@ DEFAULT_GAMMA = (0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0)
 class Advice:
     """Result of :func:`advise`.
 
-    c, lam, gamma : best initialization found. error : its predicted E_g. regime : its regime (I-IV).
+    scales : the best initialization found. error : its predicted E_g. regime : its regime (I-IV).
     corners : ``{regime: predicted E_g}`` at the four corners. grid : DataFrame of every scanned setting
-    (c, lam, gamma, error, converged). converged : the best point's fixed point converged.
+    (c, lam, gamma, error, converged). Only converged fixed points are candidates.
     """
 
-    c: float
-    lam: float
-    gamma: float
+    scales: InitScales
     error: float
     regime: str
     corners: dict
     grid: object
-    converged: bool
 
 
-def regime_of(spec, *, c: float, lam: float, gamma: float) -> str:
+def regime_of(spec: TaskSpec, scales: InitScales) -> str:
     """Regime label of a setting at typical magnitudes (see module doc)."""
-    from ftlab.dln.regimes import metrics
-
+    check_setting(spec, scales)
     b_ft = 1.0 / math.sqrt(spec.rho_ft) if spec.rho_ft > 0 else 1.0
-    return str(metrics(beta_pt=spec.a_pt, beta_ft=b_ft, c=c, lam=lam, gamma=gamma).regime)
+    return str(metrics(beta_pt=spec.a_pt, beta_ft=b_ft, **asdict(scales)).regime)
 
 
-def predicted_error(spec, *, c: float, lam: float, gamma: float, alpha: float, alpha_pt: float | None = None,
-                    start=None, n_nodes: int = 400):
-    """Replica E_g at one setting; returns the :class:`~ftlab.dln.replica.solver.FixedPoint`."""
-    mix, _ = ft_prior(spec, c=c, lam=lam, gamma=gamma, alpha_pt=alpha_pt)
-    return solve_point(QuadratureExpectation(mix, n_nodes=n_nodes), alpha=alpha, noise=spec.noise, start=start)
+def predicted_error(spec: TaskSpec, scales: InitScales, *, alpha: float, alpha_pt: float | None = None,
+                    start=None) -> FixedPoint:
+    """Replica E_g at one setting (expectations :data:`EXPECTATION`); ``start`` warm-starts ``(theta0, theta)``."""
+    expect = make_expectation(spec, scales, alpha_pt=alpha_pt, options=EXPECTATION)
+    return solve_point(expect, alpha=alpha, noise=spec.noise, start=start)
 
 
-def advise(spec, *, alpha: float, alpha_pt: float | None = None, c_grid=DEFAULT_C, lam_grid=DEFAULT_LAM,
-           gamma_grid=DEFAULT_GAMMA, refine: bool = True) -> Advice:
-    """Search ``(c, lam, gamma)`` minimizing the replica-predicted FT error at sample ratio ``alpha``.
-
-    spec : :class:`ftlab.dln.tasks.TaskSpec`. alpha : FT samples per dimension (> 0).
-    alpha_pt : PT samples per dimension (``None``: oracle PT). Grids: values to scan (lam in (-1, 1]).
-    refine : polish the best grid point with Nelder-Mead (bounded to the grid's ranges).
-    Unconverged settings are excluded from the search (and flagged in ``grid``).
-    """
+def _scan(spec, alpha, alpha_pt, grids):
+    """Every setting of the grid (the zero saddle lam = -1, gamma = 0 skipped), warm-started along lam."""
     import pandas as pd
-    from scipy.optimize import minimize
 
-    check_positive("alpha", alpha)
+    c_grid, lam_grid, gamma_grid = grids
     rows = []
     for c in c_grid:
         for gamma in gamma_grid:
@@ -96,66 +88,89 @@ def advise(spec, *, alpha: float, alpha_pt: float | None = None, c_grid=DEFAULT_
             for lam in lam_grid:
                 if lam <= -1.0 and gamma == 0.0:
                     continue
-                fp = predicted_error(spec, c=c, lam=lam, gamma=gamma, alpha=alpha, alpha_pt=alpha_pt, start=start)
+                fp = predicted_error(spec, InitScales(c=c, lam=lam, gamma=gamma), alpha=alpha, alpha_pt=alpha_pt,
+                                     start=start)
                 start = (fp.theta0, fp.theta) if fp.converged and fp.theta0 > 0 and fp.theta > 0 else None
                 rows.append({"c": c, "lam": lam, "gamma": gamma, "error": fp.error, "converged": fp.converged})
-    grid = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def _refine(spec, alpha, alpha_pt, grids, best: InitScales, err: float) -> tuple[InitScales, float]:
+    """Nelder-Mead from ``best`` in (log c, log(1 + lam), log(gamma + 1e-8)), bounded to the grid's ranges."""
+    from scipy.optimize import minimize
+
+    c_grid, lam_grid, gamma_grid = grids
+    lo = np.array([math.log(min(c_grid)), math.log(1e-7), math.log(1e-8)])
+    hi = np.array([math.log(max(c_grid)), math.log(1.0 + max(lam_grid)), math.log(max(gamma_grid) + 1e-8)])
+
+    def unpack(x):
+        x = np.clip(x, lo, hi)
+        return math.exp(x[0]), math.exp(x[1]) - 1.0, max(math.exp(x[2]) - 1e-8, 0.0)
+
+    def f(x):
+        cc, ll, gg = unpack(x)
+        if ll <= -1.0 and gg == 0.0:
+            return math.inf
+        fp = predicted_error(spec, InitScales(c=cc, lam=ll, gamma=gg), alpha=alpha, alpha_pt=alpha_pt)
+        return fp.error if fp.converged else math.inf
+
+    x0 = np.array([math.log(best.c), math.log(1.0 + best.lam), math.log(best.gamma + 1e-8)])
+    res = minimize(f, x0, method="Nelder-Mead", options={"maxfev": 60, "xatol": 1e-2, "fatol": 1e-6})
+    if np.isfinite(res.fun) and res.fun < err:
+        cc, ll, gg = unpack(res.x)
+        return InitScales(c=cc, lam=ll, gamma=gg), float(res.fun)
+    return best, err
+
+
+def advise(spec: TaskSpec, *, alpha: float, alpha_pt: float | None = None, c_grid=DEFAULT_C, lam_grid=DEFAULT_LAM,
+           gamma_grid=DEFAULT_GAMMA, refine: bool = True) -> Advice:
+    """Search ``(c, lam, gamma)`` minimizing the replica-predicted FT error at sample ratio ``alpha``.
+
+    spec : the task. alpha : FT samples per dimension (> 0).
+    alpha_pt : PT samples per dimension (``None``: oracle PT). Grids: values to scan (lam in (-1, 1]).
+    refine : polish the best grid point with Nelder-Mead (bounded to the grid's ranges).
+    Unconverged settings are excluded from the search (and flagged in ``grid``); the four
+    :data:`CORNERS` are candidates too.
+    """
+    if not isinstance(spec, TaskSpec):
+        raise TypeError(f"spec must be a TaskSpec, got {type(spec).__name__}")
+    check_positive("alpha", alpha)
+    grids = (c_grid, lam_grid, gamma_grid)
+    grid = _scan(spec, alpha, alpha_pt, grids)
     ok = grid[grid.converged]
     if ok.empty:
         raise ValueError("the replica equations converged for no setting of the grid; check the task statistics")
-    best = ok.loc[ok.error.idxmin()]
-    c, lam, gamma, err, conv = float(best.c), float(best.lam), float(best.gamma), float(best.error), True
+    row = ok.loc[ok.error.idxmin()]
+    best, err = InitScales(c=float(row.c), lam=float(row.lam), gamma=float(row.gamma)), float(row.error)
     if refine:
-        lo = np.array([math.log(min(c_grid)), math.log(1e-7), math.log(1e-8)])
-        hi = np.array([math.log(max(c_grid)), math.log(1.0 + max(lam_grid)), math.log(max(gamma_grid) + 1e-8)])
-
-        def unpack(x):
-            x = np.clip(x, lo, hi)
-            return math.exp(x[0]), math.exp(x[1]) - 1.0, max(math.exp(x[2]) - 1e-8, 0.0)
-
-        def f(x):
-            cc, ll, gg = unpack(x)
-            if ll <= -1.0 and gg == 0.0:
-                return math.inf
-            fp = predicted_error(spec, c=cc, lam=ll, gamma=gg, alpha=alpha, alpha_pt=alpha_pt)
-            return fp.error if fp.converged else math.inf
-
-        x0 = np.array([math.log(c), math.log(1.0 + lam), math.log(gamma + 1e-8)])
-        res = minimize(f, x0, method="Nelder-Mead", options={"maxfev": 60, "xatol": 1e-2, "fatol": 1e-6})
-        if np.isfinite(res.fun) and res.fun < err:
-            c, lam, gamma = unpack(res.x)
-            err = float(res.fun)
+        best, err = _refine(spec, alpha, alpha_pt, grids, best, err)
     corners = {}
-    for name, (cc, ll, gg) in CORNERS.items():
-        fp = predicted_error(spec, c=cc, lam=ll, gamma=gg, alpha=alpha, alpha_pt=alpha_pt)
+    for name, scales in CORNERS.items():
+        fp = predicted_error(spec, scales, alpha=alpha, alpha_pt=alpha_pt)
         corners[name] = fp.error if fp.converged else math.nan
-        if fp.converged and fp.error < err:  # the corners are candidates too
-            c, lam, gamma, err = cc, ll, gg, float(fp.error)
-    return Advice(c=c, lam=lam, gamma=gamma, error=err, regime=regime_of(spec, c=c, lam=lam, gamma=gamma),
-                  corners=corners, grid=grid, converged=conv)
+        if fp.converged and fp.error < err:
+            best, err = scales, float(fp.error)
+    return Advice(scales=best, error=err, regime=regime_of(spec, best), corners=corners, grid=grid)
 
 
-def phase_row(*, overlap: float, ratios: list, rho_pt: float, alpha: float, alpha_pt: float | None = None,
-              noise: float = 0.0, n_nodes: int = 400) -> list[dict]:
+def phase_row(*, overlap: float, ratios: list, alpha: float, alpha_pt: float | None = None, **task) -> list[dict]:
     """One row (fixed omega) of :func:`phase_diagram`: the best regime corner for each rho_FT/rho_PT.
 
-    Infeasible statistics (omega rho_FT > rho_PT, or rho_FT > 1) give ``best = None`` and NaN errors.
-    Top-level and picklable: a point of :func:`ftlab.core.sweep.run_sweep`.
+    task : the other :class:`~ftlab.dln.tasks.TaskSpec` fields (``rho_pt`` and any non-default ones);
+    ``rho_ft = ratio * rho_pt``. Infeasible statistics (omega rho_FT > rho_PT, or rho_FT > 1) give
+    ``best = None`` and NaN errors. Top-level and picklable: a point of :func:`ftlab.core.sweep.run_sweep`.
     """
-    from ftlab.dln.tasks import TaskSpec
-
     out = []
     for r in ratios:
         rec: dict[str, Any] = {"ratio": float(r)}
-        rho_ft = float(r) * rho_pt
         try:
-            spec = TaskSpec(rho_pt=rho_pt, rho_ft=rho_ft, overlap=overlap, noise=noise)
+            spec = TaskSpec(**task, rho_ft=float(r) * task["rho_pt"], overlap=overlap)
         except ValueError:
             out.append(rec | {"best": None} | {f"error_{n}": math.nan for n in CORNERS})
             continue
         errs = {}
-        for name, (c, lam, gamma) in CORNERS.items():
-            fp = predicted_error(spec, c=c, lam=lam, gamma=gamma, alpha=alpha, alpha_pt=alpha_pt, n_nodes=n_nodes)
+        for name, scales in CORNERS.items():
+            fp = predicted_error(spec, scales, alpha=alpha, alpha_pt=alpha_pt)
             errs[name] = fp.error if fp.converged else math.nan
         finite = {k: v for k, v in errs.items() if np.isfinite(v)}
         rec["best"] = min(finite, key=lambda k: finite[k]) if finite else None
@@ -163,18 +178,23 @@ def phase_row(*, overlap: float, ratios: list, rho_pt: float, alpha: float, alph
     return out
 
 
-def phase_diagram(*, rho_pt: float, alpha: float, overlaps, ratios, alpha_pt: float | None = None,
-                  noise: float = 0.0, store=None, scheduler=None, workers: int | None = None):
+def phase_diagram(base: TaskSpec, *, alpha: float, overlaps, ratios, alpha_pt: float | None = None, **run):
     """Best regime corner over (omega, rho_FT/rho_PT) at fixed alpha; a tidy DataFrame via run_sweep.
 
-    Columns: overlap, ratio, best (I-IV or None if infeasible), error_I .. error_IV.
+    base : the task whose other statistics are kept (rho_PT, PT magnitudes, label noises); its
+    ``rho_ft`` and ``overlap`` are replaced by the grid. run : ``store``, ``scheduler``, ``workers``
+    of :func:`ftlab.core.sweep.run_sweep`.
+    Columns: overlap, rho_pt and the non-default task statistics, alpha, alpha_pt, ratio,
+    best (I-IV or None if infeasible), error_I .. error_IV.
     """
     from ftlab.core.sweep import run_sweep
 
-    check_positive("rho_pt", rho_pt)
+    if not isinstance(base, TaskSpec):
+        raise TypeError(f"base must be a TaskSpec, got {type(base).__name__}")
+    check_positive("rho_pt", base.rho_pt)
     check_positive("alpha", alpha)
     ratios = [float(r) for r in ratios]
-    points = [{"overlap": float(o), "ratios": ratios, "rho_pt": rho_pt, "alpha": alpha, "alpha_pt": alpha_pt,
-               "noise": noise} for o in overlaps]
-    df = run_sweep(phase_row, points, store=store, scheduler=scheduler, workers=workers, desc="phase diagram")
+    task = {k: v for k, v in task_point(base).items() if k not in ("rho_ft", "overlap")}
+    points = [{"overlap": float(o), "ratios": ratios, **task, "alpha": alpha, "alpha_pt": alpha_pt} for o in overlaps]
+    df = run_sweep(phase_row, points, desc="phase diagram", **run)
     return df.drop(columns=["ratios"])

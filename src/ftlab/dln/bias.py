@@ -284,15 +284,18 @@ def _pcg(matvec, b: np.ndarray, solve_m, *, rtol: float, maxiter: int) -> tuple[
     return x, False, maxiter
 
 
-def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max_du: float = 2.0,
-                        max_cg: int = 25, nu0=None) -> InterpolatorResult:
+#: Largest change of the dual angle ``u = X^T nu`` per Newton step of :func:`solve_implicit_bias`.
+MAX_DU = 2.0
+
+
+def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max_cg: int = 25) -> InterpolatorResult:
     """Exact ``argmin_beta Q_k(beta)`` subject to ``X beta = y`` by damped Newton on the dual.
 
     The minimizer has the form ``beta_d = (sqrt(k_d)/2) sinh(2 u_d)``, ``u = X^T nu``, where ``nu``
     (N,) minimizes the smooth convex dual ``F(nu) = sum_d (sqrt(k_d)/2) sinh(u_d)^2 - nu . y``
     (gradient ``X beta - y``, Hessian ``H = X diag(sqrt(k + 4 beta^2)) X^T``). Each Newton step is
-    capped so that ``max |du| <= max_du`` (the dual is exponential: this bounds the number of steps
-    by about ``max_d |u_d*| / max_du`` even for tiny k) and then Armijo-backtracked.
+    capped so that ``max |du| <= MAX_DU = 2`` (the dual is exponential: this bounds the number of steps
+    by about ``max_d |u_d*| / 2`` even for tiny k) and then Armijo-backtracked.
 
     Newton systems are solved by conjugate gradients (float64 products with X) preconditioned
     with the Cholesky factor of the last Hessian that was formed (in float32). The Hessian is
@@ -302,7 +305,7 @@ def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max
 
     X : (N, D) with full row rank (N <= D for an interpolation problem); y : (N,);
     k : (D,) or scalar, > 0 (``k = 1e-20`` works). tol : relative residual ``||X beta - y||/||y||``.
-    n_iter counts Newton steps.
+    max_iter : Newton steps at most (then ``converged=False``). n_iter counts Newton steps.
     """
     import scipy.linalg as sla
 
@@ -310,7 +313,7 @@ def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max
     k = np.broadcast_to(_k_array(k), (X.shape[1],))
     check_positive("tol", tol)
     sqrt_k = np.sqrt(k)
-    nu = np.zeros(X.shape[0]) if nu0 is None else np.array(nu0, dtype=np.float64)
+    nu = np.zeros(X.shape[0])
     ynorm = max(float(np.linalg.norm(y)), 1e-300)
 
     u = X.T @ nu
@@ -335,7 +338,7 @@ def solve_implicit_bias(X, y, k, *, tol: float = 1e-12, max_iter: int = 500, max
             factor = _hessian_factor(X, h)
             step = sla.cho_solve(factor, -grad, check_finite=False)
         du = X.T @ step
-        s = min(1.0, max_du / max(np.max(np.abs(du)), 1e-300))
+        s = min(1.0, MAX_DU / max(np.max(np.abs(du)), 1e-300))
         slope = grad @ step
         for _ in range(60):
             u_c = u + s * du

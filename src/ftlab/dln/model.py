@@ -17,6 +17,7 @@ which is :func:`rotate`. It preserves the three conserved quantities
 
 Conventions (docs/dln.md; the authors' public code is github.com/Nico31415/toy-unlearning):
 
+* The three scales travel together as :class:`InitScales` ``(c, lam, gamma)``.
 * PT init from the absolute scale ``c > 0`` and the *normalized* relative scale ``lam in [-1, 1]``:
   ``w+- = sqrt(c (1 + lam)/2)``, ``v+- = sqrt(c (1 - lam)/2)``. The authors' code uses the
   unnormalized ``lambda_u = lam * c``; the later unlearning note uses ``lambda_u = -lam * c``.
@@ -28,13 +29,62 @@ Conventions (docs/dln.md; the authors' public code is github.com/Nico31415/toy-u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from ftlab.core.validate import check_finite, check_nonnegative, check_positive, check_range
+from ftlab.dln.bias import check_scales
+from ftlab.dln.tasks import TaskSpec
 
-__all__ = ["Weights", "init_pt", "oracle_pt", "ft_reset", "rotate", "beta_coefficients"]
+__all__ = ["InitScales", "check_setting", "Weights", "init_pt", "oracle_pt", "ft_reset", "rotate", "beta_coefficients"]
+
+
+@dataclass(frozen=True)
+class InitScales:
+    """The three initialization scales of Anguita et al. 2026 (arXiv 2602.20062), validated on construction.
+
+    c : absolute scale of the PT initialization, in (0, 1e50]: every coordinate starts with
+        ``w(0)^2 + v(0)^2 = c`` (first layer plus readout; same units as beta, since beta = v w).
+    lam : relative scale of the first layer against the readout at the PT initialization,
+        normalized to [-1, 1] (dimensionless): ``w(0)^2 = c (1 + lam)/2``, ``v(0)^2 = c (1 - lam)/2``;
+        ``lam -> -1`` makes the first layer small, ``lam -> 1`` the readout. The authors' code uses
+        the unnormalized ``lambda_u = lam * c``.
+    gamma : scale of the readout re-initialization before fine-tuning, in [0, 1e50]
+        (``v+- <- gamma / sqrt(2)``, same units as ``sqrt(c)``).
+
+    ``lam = -1`` with ``gamma = 0`` is refused: the fine-tuning network would start at the zero
+    saddle (:func:`ftlab.dln.bias.check_scales`). Values are stored as Python floats.
+    Functions that run a task (:func:`ftlab.dln.simulate.simulate_ptft`, :mod:`ftlab.dln.replica`,
+    :mod:`ftlab.dln.advisor`) take one ``InitScales``; the vectorized closed forms
+    (:func:`ftlab.dln.bias.k_from_pt`, :func:`ftlab.dln.regimes.metrics`) take ``c, lam, gamma`` as
+    keywords so that arrays broadcast.
+    """
+
+    c: float
+    lam: float
+    gamma: float
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"InitScales.{f.name} must be a real number, got {type(value).__name__}")
+        check_scales(c=self.c, lam=self.lam, gamma=self.gamma)
+        for f in fields(self):
+            object.__setattr__(self, f.name, float(getattr(self, f.name)))
+
+
+def check_setting(spec, scales) -> None:
+    """``TypeError`` unless ``spec`` is a :class:`~ftlab.dln.tasks.TaskSpec` and ``scales`` an :class:`InitScales`.
+
+    Passing loose numbers or dicts where these objects belong is a programming error, not bad input.
+    """
+    if not isinstance(spec, TaskSpec):
+        raise TypeError(f"spec must be a TaskSpec, got {type(spec).__name__}")
+    if not isinstance(scales, InitScales):
+        raise TypeError(f"scales must be an InitScales, got {type(scales).__name__}")
 
 
 @dataclass(frozen=True)

@@ -161,14 +161,17 @@ class Metrics:
     regime: np.ndarray
 
 
-def metrics(*, beta_pt, beta_ft, c, lam, gamma, l_split: float = 1.5,
-            pd_split: float = -0.1) -> Metrics:
-    """l-order, m, PD, l + PD, k and the regime; every argument may be an array (they broadcast)."""
+def metrics(*, beta_pt, beta_ft, c, lam, gamma) -> Metrics:
+    """l-order, m, PD, l + PD, k and the regime; every argument may be an array (they broadcast).
+
+    The regime uses the default thresholds of :func:`regime`; call ``regime(m.l_order, m.pd, ...)``
+    for others. For one :class:`~ftlab.dln.model.InitScales` ``s``: ``metrics(..., **dataclasses.asdict(s))``.
+    """
     lo = l_order(beta_ft, beta_pt, c=c, lam=lam, gamma=gamma)
     m = pt_sensitivity(beta_pt, c=c, lam=lam, gamma=gamma)
     p = (1.0 - lo) * m
     k = _sqrt_k(beta_pt, c, lam, gamma) ** 2
-    reg = regime(lo, p, l_split=l_split, pd_split=pd_split)
+    reg = regime(lo, p)
 
     def out(a):
         a = np.asarray(a)

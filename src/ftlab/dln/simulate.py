@@ -11,14 +11,14 @@ start.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from ftlab.core.validate import check_choice, check_int, check_positive
-from ftlab.dln.bias import check_scales, min_l2_interpolator, solve_implicit_bias
+from ftlab.dln.bias import min_l2_interpolator, solve_implicit_bias
 from ftlab.dln.flow import TrainResult, gradient_descent, gradient_flow
-from ftlab.dln.model import ft_reset, init_pt, oracle_pt
+from ftlab.dln.model import InitScales, check_setting, ft_reset, init_pt, oracle_pt
 from ftlab.dln.tasks import TaskSpec, sample_problem
 
 Method = Literal["flow", "gd"]
@@ -64,46 +64,44 @@ class SimulationResult:
     k: np.ndarray
 
 
-def _train(weights, X, y, method: str, *, lr: float, gd_tol: float, flow_tol: float, max_steps: int) -> TrainResult:
+def _train(weights, X, y, method: str) -> TrainResult:
+    """Exact gradient flow to training MSE 1e-20, or the authors' GD (lr 0.5, stop at training MSE < 1e-4)."""
     if method == "flow":
-        return gradient_flow(weights, X, y, tol=flow_tol)
-    return gradient_descent(weights, X, y, lr=lr, tol=gd_tol, max_steps=max_steps)
+        return gradient_flow(weights, X, y)
+    return gradient_descent(weights, X, y)
 
 
-def simulate_ptft(spec: TaskSpec, *, c: float, lam: float, gamma: float, alpha: float, dim: int, seed: int,
-                  alpha_pt: float | None = None, method: Method = "flow", lr: float = 0.5, gd_tol: float = 1e-4,
-                  flow_tol: float = 1e-20, max_steps: int = 5_000_000) -> SimulationResult:
+def simulate_ptft(spec: TaskSpec, scales: InitScales, *, alpha: float, dim: int, seed: int,
+                  alpha_pt: float | None = None, method: Method = "flow") -> SimulationResult:
     """Simulate PT then FT and compare with the implicit-bias prediction.
 
-    spec : task statistics. c (> 0), lam (normalized, [-1, 1]; authors' ``lambda_u = lam c``),
-    gamma (>= 0): PT init scales and FT readout scale. alpha : FT samples per dimension (> 0).
-    dim : D. seed : seeds the teachers and both data sets (same teachers for every alpha).
+    spec : task statistics. scales : PT init scales ``c, lam`` and FT readout scale ``gamma``.
+    alpha : FT samples per dimension (> 0). dim : D. seed : seeds the teachers and both data sets
+    (same teachers for every alpha).
     alpha_pt : None = exact infinite-PT oracle (PT weights constructed for ``beta*_PT``);
     otherwise PT is trained on ``round(alpha_pt D)`` samples (label noise ``spec.pt_noise``)
     from the (c, lam) init with ``method``. method : ``"flow"`` (exact gradient flow,
-    :func:`ftlab.dln.flow.gradient_flow`, tolerance ``flow_tol`` on the training MSE) or ``"gd"``
-    (authors' GD: ``lr``, stop at training MSE < ``gd_tol``, at most ``max_steps``).
+    :func:`ftlab.dln.flow.gradient_flow`, to training MSE 1e-20) or ``"gd"`` (the authors' GD,
+    :func:`ftlab.dln.flow.gradient_descent` with its defaults lr 0.5, stop at training MSE < 1e-4;
+    call the two functions directly for other settings).
     The prediction uses ``k`` of the actual FT start (equal to :func:`ftlab.dln.bias.k_from_pt`
     of the PT solution). FT with more samples than dimensions (alpha >= 1) has a unique
     interpolator; the prediction is then the least-squares solution.
     """
-    if not isinstance(spec, TaskSpec):
-        raise TypeError(f"spec must be a TaskSpec, got {type(spec).__name__}")
-    check_scales(c=c, lam=lam, gamma=gamma)
+    check_setting(spec, scales)
     check_positive("alpha", alpha)
     dim = check_int("dim", dim, 1)
     seed = check_int("seed", seed, 0)
     check_choice("method", method, ("flow", "gd"))
     prob = sample_problem(spec, alpha=alpha, dim=dim, seed=seed, alpha_pt=alpha_pt)
-    kw: dict[str, Any] = dict(lr=lr, gd_tol=gd_tol, flow_tol=flow_tol, max_steps=max_steps)
     if alpha_pt is None:
-        w_pt, pt_ok = oracle_pt(prob.beta_pt_star, c=c, lam=lam), True
+        w_pt, pt_ok = oracle_pt(prob.beta_pt_star, c=scales.c, lam=scales.lam), True
     else:
-        pt = _train(init_pt(dim, c=c, lam=lam), prob.X_pt, prob.y_pt, method, **kw)
+        pt = _train(init_pt(dim, c=scales.c, lam=scales.lam), prob.X_pt, prob.y_pt, method)
         w_pt, pt_ok = pt.weights, pt.converged
-    w_ft = ft_reset(w_pt, gamma=gamma)
+    w_ft = ft_reset(w_pt, gamma=scales.gamma)
     k = w_ft.k
-    ft = _train(w_ft, prob.X_ft, prob.y_ft, method, **kw)
+    ft = _train(w_ft, prob.X_ft, prob.y_ft, method)
     X, y = prob.X_ft, prob.y_ft
     pred = solve_implicit_bias(X, y, k) if X.shape[0] < dim else min_l2_interpolator(X, y)
     beta_pt = w_pt.beta

@@ -25,8 +25,10 @@ import numpy as np
 
 from ftlab.core.validate import check_choice, check_finite, check_int, check_nonnegative, check_positive, check_probability
 
-__all__ = ["TaskSpec", "Problem", "sample_teachers", "sample_design", "sample_labels", "sample_problem", "n_samples"]
+__all__ = ["GROUPS", "TaskSpec", "Problem", "sample_teachers", "sample_design", "sample_labels", "sample_problem",
+           "n_samples"]
 
+#: The four coordinate groups, in the order of :meth:`TaskSpec.group_probabilities` (codes 0-3).
 GROUPS = ("shared", "new", "pt_only", "none")
 
 

@@ -36,19 +36,22 @@ import numpy as np
 import pandas as pd
 
 from ftlab.core.sweep import run_sweep
+from ftlab.dln.model import InitScales
 from ftlab.dln.regimes import CORNER_C, DRAFT_CORNER_I, REGIME_COLORS, REGIME_CORNERS, metrics
-from ftlab.dln.replica.curves import curve_records, simulate_point
+from ftlab.dln.replica.curves import curve_records, setting_point, simulate_point
+from ftlab.dln.tasks import TaskSpec
 from ftlab.experiments.verdicts import CurveJudgement, judge_curve, judge_exact, t_interval
 
 __all__ = ["CLAIMS", "RHO_PT", "TASKS", "Size", "curves", "judge_tasks", "regime_table", "simulations", "size",
            "tradeoff_sample"]
 
 RHO_PT = 0.1
-#: task key -> (label, overlap omega, rho_FT); rho_PT = 0.1.
-TASKS: dict[str, tuple[str, float, float]] = {
-    "shared": ("shared features (omega 1, rho_FT 0.1)", 1.0, 0.1),
-    "new": ("no shared features (omega 0, rho_FT 0.1)", 0.0, 0.1),
-    "subset": ("FT features a sparse subset of PT features (omega 1, rho_FT 0.01)", 1.0, 0.01),
+#: task key -> (label, task statistics); rho_PT = 0.1, PT magnitudes a_PT = 1, no label noise.
+TASKS: dict[str, tuple[str, TaskSpec]] = {
+    "shared": ("shared features (omega 1, rho_FT 0.1)", TaskSpec(rho_pt=RHO_PT, rho_ft=0.1, overlap=1.0)),
+    "new": ("no shared features (omega 0, rho_FT 0.1)", TaskSpec(rho_pt=RHO_PT, rho_ft=0.1, overlap=0.0)),
+    "subset": ("FT features a sparse subset of PT features (omega 1, rho_FT 0.01)",
+               TaskSpec(rho_pt=RHO_PT, rho_ft=0.01, overlap=1.0)),
 }
 #: The claimed best regime per task.
 CLAIMED = {"shared": "II", "new": "I", "subset": "IV"}
@@ -78,7 +81,6 @@ class Size:
     dim: int
     seeds: tuple[int, ...]
     lam_scan: tuple[float, ...] = LAM_SCAN
-    extra: dict = field(default_factory=dict)
 
 
 def size(full: bool, seed: int = 0) -> Size:
@@ -90,9 +92,8 @@ def size(full: bool, seed: int = 0) -> Size:
 
 
 def _setting(task: str, lam: float, gamma: float, **kw) -> dict:
-    _, overlap, rho_ft = TASKS[task]
-    return {"rho_pt": RHO_PT, "rho_ft": rho_ft, "overlap": overlap, "c": CORNER_C, "lam": float(lam),
-            "gamma": float(gamma), **kw}
+    """The flat sweep point of a task at the corner scale c = CORNER_C (:func:`ftlab.dln.replica.curves.setting_point`)."""
+    return setting_point(TASKS[task][1], InitScales(c=CORNER_C, lam=lam, gamma=gamma)) | kw
 
 
 def curves(settings: Sequence[dict], alphas: Sequence[float], *, store: Path, workers=None, scheduler=None
@@ -315,7 +316,9 @@ def plot_tasks(theory: pd.DataFrame, sims: pd.DataFrame, verdicts: dict[str, Tas
     axes[0].legend(fontsize=6)
     ax = axes[3]
     if scan is not None:
-        cmap = __import__("matplotlib").colormaps["viridis"]
+        from matplotlib import colormaps
+
+        cmap = colormaps["viridis"]
         for i, lam in enumerate(LAM_SCAN):
             th = select(scan, _setting("subset", lam, 0.0)).sort_values("alpha")
             ax.plot(th.alpha, th.error, "-", color=cmap(i / max(1, len(LAM_SCAN) - 1)), lw=1.1, label=f"lam {lam:g}")

@@ -11,11 +11,14 @@ E_g(alpha)), ``fig4`` (the four regime corners on three task types, with the dra
 the strict one), ``lorder`` (l-order and PD maps), ``single_task`` (lambda does not change the
 implicit bias of training from scratch).
 
-Quick mode (default): coarse alpha grids, D = 400 simulations with 3 seeds, the exact FT interpolator
-as the simulated endpoint. ``--full``: 80-point grids and D = 2000 with 14 seeds (14 seeds as in the authors' notes,
-experiments/diagonal/replica/ExperimentSetup.md in github.com/Nico31415/toy-unlearning; the grid
-size and D are ftlab's choices). All sweeps go through :func:`ftlab.core.sweep.run_sweep` with stores under
+Quick mode (default): coarse alpha grids, D = 400 simulations with 3 seeds (5 for ``fig4``), the exact
+FT interpolator as the simulated endpoint. ``--full``: 80-point grids and D = 2000 with 14 seeds (14 seeds as in
+the authors' notes, experiments/diagonal/replica/ExperimentSetup.md in github.com/Nico31415/toy-unlearning; the
+grid size and D are ftlab's choices). All sweeps go through :func:`ftlab.core.sweep.run_sweep` with stores under
 ``<out>/replica/`` (resumable).
+
+Every sentence of the section is in :data:`TEXT` (one template per block, named fields) and every check
+in :data:`CHECKS`; the code below only computes the fields.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ import logging
 import math
 
 import numpy as np
+import pandas as pd
 
+from ftlab.dln.model import InitScales
 from ftlab.dln.regimes import DRAFT_CORNER_I, REGIME_COLORS, REGIME_CORNERS
+from ftlab.dln.replica.curves import setting_point
+from ftlab.dln.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,75 @@ REGIMES = {**{name: REGIME_CORNERS[name] for name in ("II", "IV", "I", "III")}, 
 TASKS = {"new features (omega 0, rho_FT 0.1)": (0.0, 0.1), "same features (omega 1, rho_FT 0.1)": (1.0, 0.1),
          "sparse subset (omega 1, rho_FT 0.01)": (1.0, 0.01)}
 TABLE_ALPHAS = [0.01, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5]
+
+#: The section's prose (``str.format`` templates with named fields).
+TEXT = {
+    "intro": ("Replica-symmetric theory of the FT generalization error of diagonal linear networks (arXiv 2602.20062), "
+              "solved by Newton's method with exact derivatives on deterministic quadrature (docs/replica.md). The "
+              "paper's claims are judged in the dln section; here the curves are drawn in the layout of the authors' "
+              "public draft scripts (parameters [U]) and every table holds ftlab's own checks.\n"),
+    "checks_head": "| ftlab's check | {computed} | status |\n|---|---|---|",
+    "check_row": "| {check} | {computed} | {status} |",
+    "fig3": (
+        "### Scale sweeps against the sample ratio (layout of the authors' draft figure 3)\n\n"
+        "![](replica/fig3.png)\n\n"
+        "Lines: replica theory ({n_alphas} alphas per curve, {n_curves} curves; {unconverged} unconverged points, "
+        "marked x). Dots: exact FT interpolator on sampled problems, D = {dim}, {n_seeds} seeds, mean and 95% "
+        "t-interval. rho_PT = 0.1, a_PT = 1 (fixed PT magnitudes [U]).\n"
+        "Panel layout follows the authors' public draft `figure3.py` (github.com/Nico31415/toy-unlearning) [U].\n\n"
+        "ftlab's own checks of the theory's behaviour (expectations derived from the closed forms in docs/dln.md; "
+        "not claims of the paper, which are judged in the dln section):\n\n{checks}\n"
+    ),
+    "fig4": (
+        "### The four regime corners on three task types (layout of the authors' draft figure 4)\n\n"
+        "![](replica/fig4.png)\n\n"
+        "Corners (c_PT = 1e-3, normalized lambda): ftlab's `REGIME_CORNERS` -- II lam 0, gamma 0; IV lam -0.99, "
+        "gamma 0; I lam -1, gamma 1e-3; III lam 0, gamma 10 -- and, dashed, the authors' draft regime-I corner "
+        "(lam -0.999999, gamma 1e-6), which is PT-weighted rather than PT-independent (see the dln section). "
+        "E_g at alpha = {alphas} (composite Gauss-Legendre, 800 nodes). Simulations: exact FT interpolator, "
+        "D = {dim}, {n_seeds} seeds. Which regime is best, over which alpha range, is judged once, in the dln "
+        "section.\n\n"
+        "| task | regime | replica theory E_g | simulation (mean ± 95% half-width) |\n|---|---|---|---|\n{rows}\n\n"
+        "Simulated points inside the 95% interval (+2e-3) of the theory: {inside}/{total}.\n"
+    ),
+    "fig4_row": "| {task} | {regime} | {theory} | {sims} |",
+    "fig4_sim": "{mean:.3f}±{half:.3f}",
+    "lorder": (
+        "### l-order and pretraining dependence maps\n\n![](replica/lorder.png)\n\n"
+        "l-order = d log q_k(beta_FT)/d log|beta_FT| and PD = d log q_k/d log|beta_PT| at |beta_FT| = 1 [U: evaluation "
+        "point], from `ftlab.dln.regimes`; white line l = 1.5 (rich/lazy), cyan dashed PD = -0.1 (PT-(in)dependent): "
+        "ftlab's regime boundaries [U]. The trade-off claim (PD = -1 and l = 1 never together) is judged in the dln "
+        "section.\n\n{checks}\n"
+    ),
+    "single_task": (
+        "### Single task: lambda does not matter in pretraining\n\n![](replica/single_task.png)\n\n"
+        "Gradient flow of the network from the (c, lambda) initialization, D = {dim}, rho = 0.1, identical data "
+        "across lambda ({n_runs} runs); replica curves for rho in {rhos}, c in {cs} (k = 4c^2 for every lambda).\n\n"
+        "ftlab's own check of the theory (PT init: k = 4 c^2 for every lambda, docs/dln.md); the authors' public "
+        "scripts run a similar single-task experiment (`compute_*_worker_exp4.py`) [U]:\n\n{checks}\n"
+    ),
+}
+
+#: ftlab's own checks: name -> (what is checked, what was computed). Status words: holds / fails.
+CHECKS = {
+    "overlap": ("small c and gamma exploit overlap: E_g(omega=1) < E_g(0.5) < E_g(0) at c = 1e-3",
+                "{e1:.3f} < {e05:.3f} < {e0:.3f}"),
+    "overlap_blind": ("larger c is more overlap-blind (the spread of E_g over omega shrinks)",
+                      "spread c=1e-6: {s6:.3f}, 1e-3: {s3:.3f}, 1: {s0:.3f}"),
+    "big_gamma": ("gamma = 10 gives the min-l2 error 1 - alpha for every omega",
+                  "max deviation from 1 - alpha: {dev:.4f}"),
+    "lam_new": ("lambda -> -1 helps new features (omega 0)", "lam -0.99 / 0 / 0.99: {m:.3f} / {z:.3f} / {p:.3f}"),
+    "lam_full": ("lambda -> +1 helps full reuse (omega 1)", "lam 0.99 / 0: {p:.4f} / {z:.4f}"),
+    "lam_sparse": ("lambda -> -1 helps a sparse subset (omega 1, rho_FT 0.01, alpha 0.1)",
+                   "lam -0.99 / 0 / 0.99: {m:.4f} / {z:.4f} / {p:.4f}"),
+    "inside": ("simulated points inside the 95% interval (+2e-3) of the theory (the paper's claim 7 is judged in the "
+               "dln section)", "{inside}/{total}"),
+    "bounds": ("l in [1,2], PD in [-1,0], l + PD in [1,2] on every cell", "all {n} cells: {ok}"),
+    "corner": ("no cell reaches (l, PD) = (1, -1)", "min over cells of max(l - 1, PD + 1) = {closest:.3f}"),
+    "pt_bias": ("PT implicit bias depends on c only: GF endpoint = argmin Q_(4c^2) for every lambda",
+                "max relative distance to argmin Q_(4c^2): {dist:.1e}"),
+    "lam_spread": ("test error identical across lambda on the same data", "max spread over lambda: {spread:.1e}"),
+}
 
 
 def _size(ctx):
@@ -76,8 +152,6 @@ def _sims(ctx, name, settings, alphas, dim, seeds):
         half = float(stats.t.ppf(0.975, n - 1) * e.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
         rows.append(dict(zip(keys, key)) | {"sim_mean": float(e.mean()), "sim_ci": half, "n": n,
                                             "n_failed": int((~g.sim_converged.astype(bool)).sum())})
-    import pandas as pd
-
     return pd.DataFrame(rows)
 
 
@@ -107,13 +181,20 @@ def _agreement(theory, sims, settings):
     return inside, total
 
 
-def _check(ok: bool) -> str:
-    """The status word of one of ftlab's own checks (not a claim of the paper)."""
-    return "holds" if ok else "fails"
+def _checks(header: str, rows: list[tuple[str, bool, dict]]) -> str:
+    """A table of ftlab's own checks (not claims of the paper): ``(name in CHECKS, holds, fields)`` per row."""
+    lines = [TEXT["checks_head"].format(computed=header)]
+    for name, ok, fields in rows:
+        check, computed = CHECKS[name]
+        lines.append(TEXT["check_row"].format(check=check, computed=computed.format(**fields),
+                                              status="holds" if ok else "fails"))
+    return "\n".join(lines)
 
 
 def _base(overlap, rho_ft, c=1e-3, lam=0.0, gamma=0.0, **kw):
-    return {"rho_pt": 0.1, "rho_ft": rho_ft, "overlap": overlap, "c": c, "lam": lam, "gamma": gamma} | kw
+    """The flat sweep point of a task with rho_PT = 0.1 (:func:`ftlab.dln.replica.curves.setting_point`)."""
+    spec = TaskSpec(rho_pt=0.1, rho_ft=rho_ft, overlap=overlap)
+    return setting_point(spec, InitScales(c=c, lam=lam, gamma=gamma)) | kw
 
 
 def _err_at(theory, s, alpha):
@@ -181,38 +262,17 @@ def _fig3(ctx) -> str:
     sparse = {v: _err_at(theory, _base(1.0, 0.01, lam=v), 0.1) for v in [-0.99, 0.0, 0.99]}
     inside, total = _agreement(theory, sims, settings)
     unconv = int((~theory.converged.astype(bool)).sum())
-    lines = [
-        "### Fig. 3: scale sweeps against the sample ratio",
-        "",
-        "![](replica/fig3.png)",
-        "",
-        f"Lines: replica theory ({len(size['alphas'])} alphas per curve, {len(settings)} curves; "
-        f"{unconv} unconverged points, marked x). Dots: exact FT interpolator on sampled problems, D = {size['dim']}, "
-        f"{len(size['seeds'])} seeds, mean and 95% t-interval. rho_PT = 0.1, a_PT = 1 (fixed PT magnitudes [U]).",
-        "Panel layout follows the authors' public draft `figure3.py` (github.com/Nico31415/toy-unlearning) [U].",
-        "",
-        "ftlab's own checks of the theory's behaviour (expectations derived from the closed forms in docs/dln.md; "
-        "not claims of the paper, which are judged in the dln section):",
-        "",
-        "| ftlab's check | computed (alpha = 0.2 unless noted) | status |",
-        "|---|---|---|",
-        f"| small c and gamma exploit overlap: E_g(omega=1) < E_g(0.5) < E_g(0) at c = 1e-3 | "
-        f"{e[('c', 1e-3, 1.0)]:.3f} < {e[('c', 1e-3, 0.5)]:.3f} < {e[('c', 1e-3, 0.0)]:.3f} | {_check(small_c_order)} |",
-        f"| larger c is more overlap-blind (the spread of E_g over omega shrinks) | spread c=1e-6: {spread[1e-6]:.3f}, "
-        f"1e-3: {spread[1e-3]:.3f}, 1: {spread[1.0]:.3f} | {_check(spread[1.0] < spread[1e-3])} |",
-        f"| gamma = 10 gives the min-l2 error 1 - alpha for every omega | max deviation from 1 - alpha: {big_gamma:.4f} | "
-        f"{_check(big_gamma < 0.02)} |",
-        f"| lambda -> -1 helps new features (omega 0) | lam -0.99 / 0 / 0.99: {e[('lam', -0.99, 0.0)]:.3f} / "
-        f"{e[('lam', 0.0, 0.0)]:.3f} / {e[('lam', 0.99, 0.0)]:.3f} | {_check(lam_new)} |",
-        f"| lambda -> +1 helps full reuse (omega 1) | lam 0.99 / 0: {e[('lam', 0.99, 1.0)]:.4f} / "
-        f"{e[('lam', 0.0, 1.0)]:.4f} | {_check(lam_full)} |",
-        f"| lambda -> -1 helps a sparse subset (omega 1, rho_FT 0.01, alpha 0.1) | lam -0.99 / 0 / 0.99: "
-        f"{sparse[-0.99]:.4f} / {sparse[0.0]:.4f} / {sparse[0.99]:.4f} | {_check(sparse[-0.99] < sparse[0.0])} |",
-        f"| simulated points inside the 95% interval (+2e-3) of the theory (the paper's claim 7 is judged in the "
-        f"dln section) | {inside}/{total} | {_check(inside >= 0.8 * total)} |",
-        "",
-    ]
-    return "\n".join(lines)
+    checks = _checks("computed (alpha = 0.2 unless noted)", [
+        ("overlap", small_c_order, {"e1": e[("c", 1e-3, 1.0)], "e05": e[("c", 1e-3, 0.5)], "e0": e[("c", 1e-3, 0.0)]}),
+        ("overlap_blind", spread[1.0] < spread[1e-3], {"s6": spread[1e-6], "s3": spread[1e-3], "s0": spread[1.0]}),
+        ("big_gamma", big_gamma < 0.02, {"dev": big_gamma}),
+        ("lam_new", lam_new, {"m": e[("lam", -0.99, 0.0)], "z": e[("lam", 0.0, 0.0)], "p": e[("lam", 0.99, 0.0)]}),
+        ("lam_full", lam_full, {"p": e[("lam", 0.99, 1.0)], "z": e[("lam", 0.0, 1.0)]}),
+        ("lam_sparse", sparse[-0.99] < sparse[0.0], {"m": sparse[-0.99], "z": sparse[0.0], "p": sparse[0.99]}),
+        ("inside", inside >= 0.8 * total, {"inside": inside, "total": total}),
+    ])
+    return TEXT["fig3"].format(n_alphas=len(size["alphas"]), n_curves=len(settings), unconverged=unconv,
+                               dim=size["dim"], n_seeds=len(size["seeds"]), checks=checks)
 
 
 # ------------------------------------------------------------------------------------------- fig4
@@ -230,7 +290,7 @@ def _fig4(ctx) -> str:
     sims = _sims(ctx, "fig4", settings, TABLE_ALPHAS, size["dim"], seeds)
     d = ctx.section_dir("replica")
     save_table(theory, d / "fig4_theory.csv", params={"figure": "fig4"})
-    save_table(sims, d / "fig4_sims.csv", params={"figure": "fig4", "dim": size["dim"], "seeds": size["seeds"]})
+    save_table(sims, d / "fig4_sims.csv", params={"figure": "fig4", "dim": size["dim"], "seeds": seeds})
     fig, ax = new_figure(size=(7, 5))
     styles = dict(zip(TASKS.values(), [":", "-", "--"]))
     for (o, r) in TASKS.values():
@@ -246,42 +306,25 @@ def _fig4(ctx) -> str:
     ax.legend(fontsize=6, ncol=2)
     save_figure(fig, d / "fig4.png")
 
-    rows = ["| task | regime | replica theory E_g | simulation (mean ± 95% half-width) |", "|---|---|---|---|"]
+    rows = []
     for tname, (o, r) in TASKS.items():
         for reg, (lam, g) in REGIMES.items():
             s_ = _base(o, r, lam=lam, gamma=g)
             th = _match(theory, s_)
             ours = [float(th[np.isclose(th.alpha, a)].error.iloc[0]) for a in TABLE_ALPHAS]
             sm = _match(sims, s_).sort_values("alpha")
-            sim_txt = " / ".join(f"{m:.3f}±{h:.3f}" for m, h in zip(sm.sim_mean, sm.sim_ci))
-            rows.append(f"| {tname} | {reg} | {' / '.join(f'{x:.4f}' for x in ours)} | {sim_txt} |")
+            sim_txt = " / ".join(TEXT["fig4_sim"].format(mean=m, half=h) for m, h in zip(sm.sim_mean, sm.sim_ci))
+            rows.append(TEXT["fig4_row"].format(task=tname, regime=reg, theory=" / ".join(f"{x:.4f}" for x in ours),
+                                                sims=sim_txt))
     inside, total = _agreement(theory, sims, settings)
-    lines = [
-        "### The four regime corners on three task types (draft figure-4 layout)",
-        "",
-        "![](replica/fig4.png)",
-        "",
-        "Corners (c_PT = 1e-3, normalized lambda): ftlab's `REGIME_CORNERS` -- II lam 0, gamma 0; IV lam -0.99, "
-        "gamma 0; I lam -1, gamma 1e-3; III lam 0, gamma 10 -- and, dashed, the authors' draft regime-I corner "
-        "(lam -0.999999, gamma 1e-6), which is PT-weighted rather than PT-independent (see the dln section). "
-        "E_g at alpha = " + " / ".join(f"{a:g}" for a in TABLE_ALPHAS) + " (composite Gauss-Legendre, 800 nodes). "
-        f"Simulations: exact FT interpolator, D = {size['dim']}, {len(seeds)} seeds. Which regime is best, over which "
-        "alpha range, is judged once, in the dln section.",
-        "",
-        *rows,
-        "",
-        f"Simulated points inside the 95% interval (+2e-3) of the theory: {inside}/{total}.",
-        "",
-    ]
-    return "\n".join(lines)
+    return TEXT["fig4"].format(alphas=" / ".join(f"{a:g}" for a in TABLE_ALPHAS), dim=size["dim"],
+                               n_seeds=len(seeds), rows="\n".join(rows), inside=inside, total=total)
 
 
 # ------------------------------------------------------------------------------------------- lorder
 
 
 def _lorder(ctx) -> str:
-    import pandas as pd_
-
     from ftlab.core.plotting import new_figure, save_figure
     from ftlab.core.results import save_table
     from ftlab.dln.regimes import l_order, pretraining_dependence
@@ -303,7 +346,7 @@ def _lorder(ctx) -> str:
         for i, v in enumerate(vals):
             L[i] = l_order(1.0, b_pt, **kw(v))
             P[i] = pretraining_dependence(1.0, b_pt, **kw(v))
-        frames.append(pd_.DataFrame({"axis": key, "value": np.repeat(vals, n), "beta_pt": np.tile(b_pt, len(vals)),
+        frames.append(pd.DataFrame({"axis": key, "value": np.repeat(vals, n), "beta_pt": np.tile(b_pt, len(vals)),
                                      "l_order": L.ravel(), "pd": P.ravel()}))
         # how close a cell gets to the corner (l = 1, PD = -1) in both coordinates at once
         worst_both = min(worst_both, float(np.min(np.maximum(L - 1.0, P + 1.0))))
@@ -321,28 +364,13 @@ def _lorder(ctx) -> str:
             fig.colorbar(mesh, ax=ax)
     d = ctx.section_dir("replica")
     save_figure(fig, d / "lorder.png")
-    allf = pd_.concat(frames)
+    allf = pd.concat(frames)
     save_table(allf, d / "lorder.csv", params={"figure": "lorder", "beta_ft": 1.0})
     lp = allf.l_order + allf.pd
     in_range = bool(allf.l_order.between(1, 2).all() and allf.pd.between(-1, 0).all() and lp.between(1 - 1e-9, 2).all())
-    return "\n".join([
-        "### l-order and pretraining dependence maps",
-        "",
-        "![](replica/lorder.png)",
-        "",
-        "l-order = d log q_k(beta_FT)/d log|beta_FT| and PD = d log q_k/d log|beta_PT| at |beta_FT| = 1 [U: evaluation "
-        "point], from `ftlab.dln.regimes`; white line l = 1.5 (rich/lazy), cyan dashed PD = -0.1 (PT-(in)dependent): "
-        "ftlab's regime boundaries [U]. The trade-off claim (PD = -1 and l = 1 never together) is judged in the dln "
-        "section.",
-        "",
-        "| ftlab's check | computed | status |",
-        "|---|---|---|",
-        f"| l in [1,2], PD in [-1,0], l + PD in [1,2] on every cell | all {len(allf)} cells: {in_range} | "
-        f"{_check(in_range)} |",
-        f"| no cell reaches (l, PD) = (1, -1) | min over cells of max(l - 1, PD + 1) = {worst_both:.3f} | "
-        f"{_check(worst_both > 0.05)} |",
-        "",
-    ])
+    checks = _checks("computed", [("bounds", in_range, {"n": len(allf), "ok": in_range}),
+                                  ("corner", worst_both > 0.05, {"closest": worst_both})])
+    return TEXT["lorder"].format(checks=checks)
 
 
 # ------------------------------------------------------------------------------------------- single task
@@ -398,7 +426,7 @@ def _single_task(ctx) -> str:
             th = solve_curve(QuadratureExpectation(single_task_prior(rho=rho, c=c)), size["alphas"])
             rows += [{"rho": rho, "c": c, **r} for r in th.to_dict("records")]
             axes[0].plot(th.alpha, th.error, ["-", "--", ":"][i], color=f"C{j}", label=f"rho={rho:g}, c={c:g}")
-    theory = __import__("pandas").DataFrame(rows)
+    theory = pd.DataFrame(rows)
     save_table(theory, d / "single_task_theory.csv", params={"figure": "single_task"})
     axes[0].set_xlabel(r"$\alpha$")
     axes[0].set_ylabel(r"$E_g$ (replica; identical for every $\lambda$)")
@@ -416,25 +444,10 @@ def _single_task(ctx) -> str:
     # lambda-spread of the trained predictors on identical data
     spread = raw.groupby(["c", "alpha", "seed"]).sim_error.agg(lambda e: float(e.max() - e.min()))
     max_dist = float(raw.distance.max())
-    return "\n".join([
-        "### Single task: lambda does not matter in pretraining",
-        "",
-        "![](replica/single_task.png)",
-        "",
-        f"Gradient flow of the network from the (c, lambda) initialization, D = {dim}, rho = 0.1, identical data across "
-        f"lambda ({len(raw)} runs); replica curves for rho in {rhos}, c in {cs} (k = 4c^2 for every lambda).",
-        "",
-        "ftlab's own check of the theory (PT init: k = 4 c^2 for every lambda, docs/dln.md); the authors' public "
-        "scripts run a similar single-task experiment (`compute_*_worker_exp4.py`) [U]:",
-        "",
-        "| ftlab's check | computed | status |",
-        "|---|---|---|",
-        f"| PT implicit bias depends on c only: GF endpoint = argmin Q_(4c^2) for every lambda | max relative distance "
-        f"to argmin Q_(4c^2): {max_dist:.1e} | {_check(max_dist < 1e-3)} |",
-        f"| test error identical across lambda on the same data | max spread over lambda: {float(spread.max()):.1e} | "
-        f"{_check(float(spread.max()) < 1e-4)} |",
-        "",
-    ])
+    worst = float(spread.max())
+    checks = _checks("computed", [("pt_bias", max_dist < 1e-3, {"dist": max_dist}),
+                                  ("lam_spread", worst < 1e-4, {"spread": worst})])
+    return TEXT["single_task"].format(dim=dim, n_runs=len(raw), rhos=rhos, cs=cs, checks=checks)
 
 
 # ------------------------------------------------------------------------------------------- entry
@@ -442,13 +455,7 @@ def _single_task(ctx) -> str:
 
 def run(ctx) -> str:
     """Build the replica section: the named figures requested by ``ctx`` (all by default)."""
-    parts = [
-        "Replica-symmetric theory of the FT generalization error of diagonal linear networks (arXiv 2602.20062), "
-        "solved by Newton's method with exact derivatives on deterministic quadrature (docs/replica.md). The "
-        "paper's claims are judged in the dln section; here the curves are drawn in the layout of the authors' "
-        "public draft scripts (parameters [U]) and every table holds ftlab's own checks.",
-        "",
-    ]
+    parts = [TEXT["intro"]]
     builders = {"fig3": _fig3, "fig4": _fig4, "lorder": _lorder, "single_task": _single_task}
     for name in FIGURES:
         if ctx.wants(name):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from ftlab.dln.replica.curves import learning_curve, solve_curve
+from ftlab.dln.model import InitScales
+from ftlab.dln.replica.curves import ExpectationOptions, learning_curve, solve_curve
 from ftlab.dln.replica.expect import MonteCarloExpectation, QuadratureExpectation
 from ftlab.dln.replica.prior import ft_prior, sample_prior_mc, single_task_prior
 from ftlab.dln.replica.scalar import prox_qk, prox_qk_derivatives
@@ -69,18 +70,18 @@ ALPHAS = [0.05, 0.1, 0.2, 0.3, 0.5, 0.7]
 def test_regime_III_is_min_l2_interpolation(overlap, rho_ft, gamma, tol):
     """Large readout re-init -> uniform huge k -> min-l2 interpolator: E_g = (1 - alpha) E[beta*^2] = 1 - alpha."""
     spec = TaskSpec(rho_pt=0.1, rho_ft=rho_ft, overlap=overlap)
-    df = learning_curve(spec, c=1e-3, lam=0.0, gamma=gamma, alphas=ALPHAS)
+    df = learning_curve(spec, InitScales(1e-3, 0.0, gamma), alphas=ALPHAS)
     assert df.converged.all()
     assert np.max(np.abs(df.error - (1 - np.array(ALPHAS)))) < tol
 
 
 def test_alpha_above_one_is_exact_or_least_squares():
     spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5)
-    assert learning_curve(spec, c=1e-3, lam=0, gamma=0, alphas=[1.5]).error.iloc[0] == 0.0
+    assert learning_curve(spec, InitScales(1e-3, 0, 0), alphas=[1.5]).error.iloc[0] == 0.0
     # with label noise the interpolation limit is OLS, E_g = sigma^2/(alpha - 1); check it against the
     # general lambda_reg equations (an independent route) with a small explicit regularizer
     noisy = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5, noise=0.3)
-    mix, _ = ft_prior(noisy, c=1e-3, lam=0, gamma=0)
+    mix, _ = ft_prior(noisy, InitScales(1e-3, 0, 0))
     fp = solve_point(QuadratureExpectation(mix), alpha=1.5, noise=0.3, lambda_reg=1e-9)
     assert fp.converged and fp.error == pytest.approx(0.09 / 0.5, rel=1e-3)
 
@@ -110,9 +111,8 @@ def test_l1_corner_recovers_exactly_beyond_the_donoho_tanner_threshold(rho):
 
 # the corners of the authors' public draft figure4.py (I is their PT-weighted draft corner)
 REGIMES = {"II": (0.0, 0.0), "IV": (-0.99, 0.0), "I": (-0.999999, 1e-6), "III": (0.0, 10.0)}
-# E_g at alpha = 0.05/0.1/0.2/0.3/0.5 from an independent scratch implementation of the replica equations
-# (201 Gauss-Hermite nodes, lambda_reg 1e-6) written when the project started: a regression reference,
-# not the paper's numbers
+# E_g at alpha = 0.05/0.1/0.2/0.3/0.5 from an independent implementation of the replica equations
+# (201 Gauss-Hermite nodes, lambda_reg 1e-6): a reference from a second code, not the paper's numbers
 TABLE_C = {
     (0.0, 0.1): {"II": [1.563, 1.417, 0.894, 0.440, 0.021], "IV": [1.179, 1.020, 0.595, 0.213, 0.0005],
                  "I": [1.113, 0.942, 0.495, 0.120, 0.0], "III": [0.950, 0.900, 0.801, 0.701, 0.501]},
@@ -129,28 +129,31 @@ def test_regime_table_reference_values(task):
     overlap, rho_ft = task
     spec = TaskSpec(rho_pt=0.1, rho_ft=rho_ft, overlap=overlap)
     for name, (lam, gamma) in REGIMES.items():
-        df = learning_curve(spec, c=1e-3, lam=lam, gamma=gamma, alphas=[0.05, 0.1, 0.2, 0.3, 0.5],
-                            quadrature="hermite", n_nodes=201, lambda_reg=1e-6)
+        df = learning_curve(spec, InitScales(1e-3, lam, gamma), alphas=[0.05, 0.1, 0.2, 0.3, 0.5],
+                            expectation=ExpectationOptions(quadrature="hermite", n_nodes=201), lambda_reg=1e-6)
         assert df.converged.all()
         assert np.allclose(df.error, TABLE_C[task][name], atol=1.1e-3), (name, df.error.tolist())
 
 
 def test_quadrature_reference_curve_b():
-    """Spec §5.6(b) (exact group probabilities, 201 GH nodes) and our default rule agree to 1e-3."""
+    """A reference curve of the authors' setting (rho 0.1, omega 0.5, c 1e-3) computed independently with exact group
+    probabilities and 201 Gauss-Hermite nodes: the same rule and ftlab's default rule both agree with it to 1e-3."""
     spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5)
     alphas = [0.0410, 0.1030, 0.2023, 0.3015]
     ref = [1.0699, 0.8288, 0.3631, 0.0889]
-    for kw in ({"quadrature": "hermite", "n_nodes": 201}, {}):
-        df = learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=alphas, **kw)
+    for options in (ExpectationOptions(quadrature="hermite", n_nodes=201), None):
+        df = learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=alphas, expectation=options)
         assert np.allclose(df.error, ref, atol=1e-3), df.error.tolist()
 
 
 def test_mc_mode_reproduces_the_authors_stored_curve():
-    """Spec §5.6(a): the authors' MC replica curve (mc = 80k, seed 0) is reproduced by the MC mode (same draw)."""
+    """The authors' stored MC replica curve (EXPERIMENT1replica_ptft_curves.csv in github.com/Nico31415/toy-unlearning;
+    mc = 80k, seed 0) is reproduced by the MC mode (same draw)."""
     spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5)
     alphas = np.linspace(0.01, 0.5, 80)[[0, 5, 15, 31, 47, 57]]
     ref = [1.0295, 1.1083, 0.8502, 0.3819, 0.1013, 0.0286]
-    df = learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=alphas, expectation="mc", mc=80_000, mc_seed=0,
+    df = learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=alphas,
+                        expectation=ExpectationOptions(kind="mc", mc=80_000, mc_seed=0),
                         lambda_reg=1e-6, continuation="forward")
     assert df.converged.all()
     assert np.allclose(df.error, ref, rtol=0, atol=1e-4), df.error.tolist()  # all stored digits
@@ -159,9 +162,10 @@ def test_mc_mode_reproduces_the_authors_stored_curve():
 def test_quadrature_and_monte_carlo_agree_within_mc_error():
     spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=1.0)
     alphas = [0.08, 0.2]
-    quad = learning_curve(spec, c=1e-3, lam=-0.9, gamma=0.0, alphas=alphas).error.to_numpy()
-    runs = np.array([learning_curve(spec, c=1e-3, lam=-0.9, gamma=0.0, alphas=alphas, expectation="mc", mc=20_000,
-                                    mc_seed=s, continuation="forward").error.to_numpy() for s in range(6)])
+    quad = learning_curve(spec, InitScales(1e-3, -0.9, 0.0), alphas=alphas).error.to_numpy()
+    runs = np.array([learning_curve(spec, InitScales(1e-3, -0.9, 0.0), alphas=alphas, continuation="forward",
+                                    expectation=ExpectationOptions(kind="mc", mc=20_000, mc_seed=s)).error.to_numpy()
+                     for s in range(6)])
     sem = runs.std(axis=0, ddof=1) / np.sqrt(len(runs))
     assert np.all(np.abs(runs.mean(axis=0) - quad) < 4 * sem + 1e-4)
     # and the MC scatter is real (this is not a vacuous comparison)
@@ -170,8 +174,8 @@ def test_quadrature_and_monte_carlo_agree_within_mc_error():
 
 def test_mc_sampler_matches_prior_moments():
     spec = TaskSpec(rho_pt=0.2, rho_ft=0.1, overlap=0.5)
-    beta, k, xi = sample_prior_mc(spec, c=1e-3, lam=0.0, gamma=0.0, mc=200_000, seed=1)
-    mix, _ = ft_prior(spec, c=1e-3, lam=0.0, gamma=0.0)
+    beta, k, xi = sample_prior_mc(spec, InitScales(1e-3, 0.0, 0.0), mc=200_000, seed=1)
+    mix, _ = ft_prior(spec, InitScales(1e-3, 0.0, 0.0))
     assert np.mean(beta**2) == pytest.approx(mix.second_moment, rel=0.03)
     # fraction of coordinates with the PT-active geometry equals rho_pt
     assert np.mean(k > np.min(k) * 10) == pytest.approx(0.2, abs=0.005)
@@ -180,21 +184,21 @@ def test_mc_sampler_matches_prior_moments():
 
 def test_gaussian_slab_quadrature_matches_its_monte_carlo():
     spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=1.0, pt_magnitude="gaussian")
-    quad = learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=[0.15]).error.iloc[0]
-    mc = [learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=[0.15], expectation="mc", mc=20_000,
-                         mc_seed=s).error.iloc[0] for s in range(5)]
+    quad = learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=[0.15]).error.iloc[0]
+    mc = [learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=[0.15],
+                         expectation=ExpectationOptions(kind="mc", mc=20_000, mc_seed=s)).error.iloc[0] for s in range(5)]
     assert abs(np.mean(mc) - quad) < 4 * np.std(mc, ddof=1) / np.sqrt(5) + 1e-4
 
 
 def test_imperfect_pt_tends_to_oracle_and_mc_agrees():
     spec = TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=1.0)
-    oracle = learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=[0.1, 0.2]).error.to_numpy()
+    oracle = learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=[0.1, 0.2]).error.to_numpy()
     # alpha_pt >= 1 noiseless is the oracle; alpha_pt = 0.95 is already close to it, 0.2 is much worse
-    near = learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=[0.1, 0.2], alpha_pt=0.95).error.to_numpy()
-    poor = learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=[0.1, 0.2], alpha_pt=0.2).error.to_numpy()
+    near = learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=[0.1, 0.2], alpha_pt=0.95).error.to_numpy()
+    poor = learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=[0.1, 0.2], alpha_pt=0.2).error.to_numpy()
     assert np.all(np.abs(near - oracle) < 0.02) and np.all(poor > oracle + 0.1)
-    mc = [learning_curve(spec, c=1e-3, lam=0.0, gamma=0.0, alphas=[0.2], alpha_pt=0.2, expectation="mc",
-                         mc=20_000, mc_seed=s).error.iloc[0] for s in range(5)]
+    mc = [learning_curve(spec, InitScales(1e-3, 0.0, 0.0), alphas=[0.2], alpha_pt=0.2,
+                         expectation=ExpectationOptions(kind="mc", mc=20_000, mc_seed=s)).error.iloc[0] for s in range(5)]
     assert abs(np.mean(mc) - poor[1]) < 4 * np.std(mc, ddof=1) / np.sqrt(5) + 1e-4
 
 
@@ -202,13 +206,13 @@ def test_imperfect_pt_tends_to_oracle_and_mc_agrees():
 
 
 def test_unconverged_points_are_flagged_not_hidden():
-    mix, _ = ft_prior(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), c=1e-3, lam=0, gamma=0)
+    mix, _ = ft_prior(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), InitScales(1e-3, 0, 0))
     fp = solve_damped(QuadratureExpectation(mix), alpha=0.2, max_iter=3)
     assert not fp.converged and fp.residual > 1e-6
 
 
 def test_newton_and_damped_schemes_reach_the_same_fixed_point():
-    beta, k, xi = sample_prior_mc(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), c=1e-3, lam=0, gamma=0, mc=5000, seed=3)
+    beta, k, xi = sample_prior_mc(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), InitScales(1e-3, 0, 0), mc=5000, seed=3)
     ex = MonteCarloExpectation(beta, k, xi)
     a = solve_point(ex, alpha=0.3, lambda_reg=1e-6)
     b = solve_damped(ex, alpha=0.3, lambda_reg=1e-6, tol=1e-12, max_iter=20_000)
@@ -220,14 +224,26 @@ def test_newton_and_damped_schemes_reach_the_same_fixed_point():
     ({"alphas": [0.1, -0.2]}, "alpha"),
     ({"alphas": [0.0]}, "alpha"),
     ({"alphas": [float("nan")]}, "alpha"),
-    ({"lam": -1.0, "gamma": 0.0}, "lam"),
-    ({"c": 0.0}, "c="),
-    ({"lam": 1.5}, "lam"),
+    ({"alphas": [0.1, 0.1]}, "duplicate"),
+    ({"alphas": []}, "empty"),
+    ({"continuation": "backward"}, "continuation"),
+    ({"lambda_reg": -1.0}, "lambda_reg"),
 ])
 def test_bad_input_raises_value_error(kw, match):
-    args = {"c": 1e-3, "lam": 0.0, "gamma": 0.0, "alphas": [0.1]} | kw
+    args = {"alphas": [0.1]} | kw
     with pytest.raises(ValueError, match=match):
-        learning_curve(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), **args)
+        learning_curve(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), InitScales(1e-3, 0.0, 0.0), **args)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"kind": "exact"}, "expectation"), ({"quadrature": "simpson"}, "quadrature"), ({"n_nodes": 1}, "n_nodes"),
+    ({"quadrature": "hermite", "n_nodes": 400}, "350"), ({"mc": 0}, "mc="), ({"mc_seed": -1}, "mc_seed"),
+])
+def test_bad_expectation_options_raise_value_error(kw, match):
+    with pytest.raises(ValueError, match=match):
+        opts = ExpectationOptions(**kw)
+        learning_curve(TaskSpec(rho_pt=0.1, rho_ft=0.1, overlap=0.5), InitScales(1e-3, 0.0, 0.0), [0.1],
+                       expectation=opts)
 
 
 def test_infeasible_statistics_raise():

@@ -10,12 +10,22 @@ Monte Carlo), :mod:`.prior` (joint law of ``(beta*_FT, k)``), :mod:`.solver` (fi
 :mod:`.curves` (learning curves and simulations).
 """
 
-from ftlab.dln.replica.curves import learning_curve, simulate_curve, solve_curve
+from ftlab.dln.replica.curves import (
+    ExpectationOptions,
+    learning_curve,
+    make_expectation,
+    setting_point,
+    simulate_curve,
+    simulated_error,
+    solve_curve,
+    split_point,
+)
 from ftlab.dln.replica.expect import Mixture, MonteCarloExpectation, QuadratureExpectation
 from ftlab.dln.replica.prior import ft_prior, single_task_prior
 from ftlab.dln.replica.scalar import prox_qk, prox_qk_derivatives
 from ftlab.dln.replica.solver import FixedPoint, solve_damped, solve_point
 
-__all__ = ["learning_curve", "simulate_curve", "solve_curve", "Mixture", "MonteCarloExpectation",
+__all__ = ["ExpectationOptions", "learning_curve", "make_expectation", "setting_point", "simulate_curve",
+           "simulated_error", "solve_curve", "split_point", "Mixture", "MonteCarloExpectation",
            "QuadratureExpectation", "ft_prior", "single_task_prior", "prox_qk", "prox_qk_derivatives",
            "FixedPoint", "solve_damped", "solve_point"]

@@ -27,30 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ftlab.core.validate import check_positive, check_range
-from ftlab.dln.bias import check_scales
+from ftlab.dln.bias import k_from_pt
+from ftlab.dln.model import InitScales, check_setting
 from ftlab.dln.replica.expect import Mixture, QuadratureExpectation, normal_rule
 from ftlab.dln.replica.scalar import prox_qk
 from ftlab.dln.replica.solver import FixedPoint, solve_point
+from ftlab.dln.tasks import GROUPS, TaskSpec
 
-__all__ = ["k_from_pt", "PTChannel", "pt_channel", "ft_prior", "single_task_prior", "sample_prior_mc", "GROUPS"]
-
-GROUPS = ("shared", "new", "pt_only", "none")
-
-
-def k_from_pt(beta_pt, *, c: float, lam: float, gamma: float) -> np.ndarray:
-    """``k = (2 c (1+lam)(1 + sqrt(1 + (beta_PT/c)^2)) + gamma^2)^2`` (the implicit-bias theorem of arXiv 2602.20062).
-
-    Written as ``2 (1+lam)(c + hypot(c, beta_PT))`` to stay finite for ``|beta_PT| >> c``.
-    """
-    try:  # the engine's definition when available (same formula)
-        from ftlab.dln.bias import k_from_pt as _k
-
-        return np.asarray(_k(np.asarray(beta_pt, dtype=float), c=c, lam=lam, gamma=gamma), dtype=float)
-    except ImportError:  # pragma: no cover - the engine is part of the same distribution
-        b = np.abs(np.asarray(beta_pt, dtype=float))
-        return (2.0 * (1.0 + lam) * (c + np.hypot(c, b)) + gamma**2) ** 2
-
-
+__all__ = ["PTChannel", "pt_channel", "ft_prior", "single_task_prior", "sample_prior_mc"]
 
 
 @dataclass(frozen=True)
@@ -96,15 +80,17 @@ def _abs_normal_rule(sd: float, scale: float, panels: int = 36, per: int = 4) ->
     return x, w / w.sum()
 
 
-def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 160, kind: str = "legendre") -> PTChannel:
+def pt_channel(spec: TaskSpec, *, c: float, alpha_pt: float | None, n_nodes: int = 160) -> PTChannel:
     """Distribution of ``|beta_PT|`` entering ``k`` (oracle or imperfect PT, see module doc).
 
-    n_nodes, kind : normal rule over the PT channel's noise (imperfect PT). Oracle Gaussian-slab
-    magnitudes use a geometric-panel rule for ``|beta_PT|`` (see :func:`_abs_normal_rule`).
+    Only the absolute scale ``c`` of :class:`~ftlab.dln.model.InitScales` enters: the PT implicit
+    bias is ``Q_{4 c^2}`` whatever lam (docs/dln.md). n_nodes : composite Gauss-Legendre nodes over
+    the PT channel's noise (imperfect PT). Oracle Gaussian-slab magnitudes use a geometric-panel
+    rule for ``|beta_PT|`` (see :func:`_abs_normal_rule`).
     """
     mu_a, v_a = _pt_teacher_component(spec)
-    x, w = normal_rule(n_nodes, kind)
-    pt_noise = float(getattr(spec, "pt_noise", 0.0))
+    x, w = normal_rule(n_nodes, "legendre")
+    pt_noise = spec.pt_noise
     if alpha_pt is not None:
         check_positive("alpha_pt", alpha_pt)
     oracle = alpha_pt is None or (alpha_pt >= 1.0 and pt_noise == 0.0)
@@ -141,16 +127,14 @@ def pt_channel(spec, *, c: float, alpha_pt: float | None, n_nodes: int = 160, ki
     return PTChannel(estimate(mu_a, v_a), estimate(0.0, 0.0), fp)
 
 
-def ft_prior(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None = None,
-             n_pt_nodes: int = 160, pt_kind: str = "legendre") -> tuple[Mixture, PTChannel]:
+def ft_prior(spec: TaskSpec, scales: InitScales, *, alpha_pt: float | None = None) -> tuple[Mixture, PTChannel]:
     """The four-group prior of ``(beta*_FT, k)`` for a PT -> FT task (see module doc).
 
-    spec : :class:`ftlab.dln.tasks.TaskSpec`. c, lam, gamma : initialization scales (c > 0,
-    lam in [-1, 1], gamma >= 0). alpha_pt : PT sample ratio (``None`` = oracle PT).
-    Returns the mixture and the PT channel used.
+    spec : the task statistics. scales : the initialization scales. alpha_pt : PT sample ratio
+    (``None`` = oracle PT). Returns the mixture and the PT channel used.
     """
-    check_scales(c=c, lam=lam, gamma=gamma)
-    ch = pt_channel(spec, c=c, alpha_pt=alpha_pt, n_nodes=n_pt_nodes, kind=pt_kind)
+    check_setting(spec, scales)
+    ch = pt_channel(spec, c=scales.c, alpha_pt=alpha_pt)
     probs = spec.group_probabilities()
     probs = probs / probs.sum()
     v_ft = 1.0 / spec.rho_ft if spec.rho_ft > 0 else 0.0
@@ -159,7 +143,7 @@ def ft_prior(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None
         pt_active = name in ("shared", "pt_only")
         ft_active = name in ("shared", "new")
         vals, wts = ch.active if pt_active else ch.inactive
-        kk = k_from_pt(vals, c=c, lam=lam, gamma=gamma)
+        kk = k_from_pt(vals, c=scales.c, lam=scales.lam, gamma=scales.gamma)
         p.append(probs[g] * wts)
         mu.append(np.zeros_like(vals))
         v.append(np.full_like(vals, v_ft if ft_active else 0.0))
@@ -169,21 +153,19 @@ def ft_prior(spec, *, c: float, lam: float, gamma: float, alpha_pt: float | None
     return mix.compact(), ch
 
 
-def single_task_prior(*, rho: float, c: float, a: float | None = None) -> Mixture:
+def single_task_prior(*, rho: float, c: float) -> Mixture:
     """Training from scratch (docs/replica.md): ``k = 4 c^2``; beta* Bernoulli(rho)-Gaussian with variance 1/rho.
 
-    ``a`` (optional): a fixed magnitude ``a`` on the support instead of the Gaussian slab.
     The relative scale lambda does not enter: single-task gradient flow from the symmetric init has
     ``k = 4 c^2`` for every lambda (docs/dln.md).
     """
     check_range("rho", rho, 0.0, 1.0, lo_open=True)
     check_positive("c", c)
-    mu, v = (0.0, 1.0 / rho) if a is None else (float(a), 0.0)
-    return Mixture(np.array([rho, 1.0 - rho]), np.array([mu, 0.0]), np.array([v, 0.0]), np.full(2, 4.0 * c**2),
-                   ("active", "inactive")).compact()
+    return Mixture(np.array([rho, 1.0 - rho]), np.array([0.0, 0.0]), np.array([1.0 / rho, 0.0]),
+                   np.full(2, 4.0 * c**2), ("active", "inactive")).compact()
 
 
-def sample_prior_mc(spec, *, c: float, lam: float, gamma: float, mc: int, seed: int,
+def sample_prior_mc(spec: TaskSpec, scales: InitScales, *, mc: int, seed: int,
                     alpha_pt: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Monte-Carlo draw of ``(beta*_FT, k, xi)`` reproducing the sampler of the authors' public replica code.
 
@@ -191,7 +173,8 @@ def sample_prior_mc(spec, *, c: float, lam: float, gamma: float, mc: int, seed: 
     for the FT-active entries in order; then ``mc`` standard normals ``xi``. Extra draws needed by
     options the authors' oracle sampler lacks (Gaussian PT magnitudes, imperfect PT) come after.
     """
-    check_scales(c=c, lam=lam, gamma=gamma)
+    check_setting(spec, scales)
+    c = scales.c
     if int(mc) < 1:
         raise ValueError(f"mc={mc!r} is out of range: must be >= 1")
     rng = np.random.default_rng(seed)
@@ -210,4 +193,4 @@ def sample_prior_mc(spec, *, c: float, lam: float, gamma: float, mc: int, seed: 
         fp = ch.fixed_point
         zpt = beta_pt + np.sqrt(fp.theta0) * rng.standard_normal(int(mc))
         beta_pt = prox_qk(zpt, fp.theta, 4.0 * c**2) if fp.theta > 0 else zpt
-    return beta, k_from_pt(np.abs(beta_pt), c=c, lam=lam, gamma=gamma), xi
+    return beta, k_from_pt(np.abs(beta_pt), c=c, lam=scales.lam, gamma=scales.gamma), xi

@@ -211,6 +211,10 @@ def solve_point(
     return FixedPoint(alpha, float(m.B), t0, th, res <= tol, n + ne, res, "bracketed")
 
 
+#: Damping ``d`` of :func:`solve_damped` (the authors' value).
+DAMPING = 0.25
+
+
 def solve_damped(
     expect,
     *,
@@ -218,7 +222,6 @@ def solve_damped(
     noise: float = 0.0,
     lambda_reg: float = 1e-6,
     start: tuple[float, float] | None = None,
-    damping: float = 0.25,
     tol: float = 1e-6,
     max_iter: int = 900,
 ) -> FixedPoint:
@@ -227,9 +230,11 @@ def solve_damped(
     (github.com/Nico31415/toy-unlearning, ``experiments/diagonal/replica/ptft_replica_qk.py``.)
 
     ``theta0 <- (1-d) theta0 + d (sigma^2 + B)/alpha``, ``theta <- (1-d) theta + d (lambda_reg + theta A/alpha)``
-    until the relative change of both is below ``tol``; ``lambda_reg`` must be > 0. The reported
-    residual is that of the interpolation-form equations with this ``lambda_reg``.
+    with ``d = DAMPING = 0.25``, until the relative change of both is below ``tol`` or after
+    ``max_iter`` iterations; ``lambda_reg`` must be > 0. The reported residual is that of the
+    interpolation-form equations with this ``lambda_reg``.
     """
+    damping = DAMPING
     if lambda_reg <= 0:
         raise ValueError(f"lambda_reg={lambda_reg!r} is out of range: the damped scheme needs lambda_reg > 0")
     noise2 = float(noise) ** 2
