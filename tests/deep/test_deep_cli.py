@@ -36,17 +36,25 @@ def test_geometry_command_matches_library(tmp_path, capsys):
     assert rec["cka"] == pytest.approx(linear_cka(X, Y))
 
 
-def test_claims_command_reads_saved_table(tmp_path, capsys):
-    rows = [dict(seed=s, p=p, kind=k, when="post", b=b, ft_loss=0.005,
-                 acc=0.5 + (0.1 if b < 0 else 0) + 0.01 * s + 0.001 * (s % 2) * (b < 0))
-            for s in range(4) for p, k in ((3, "reuse"), (7, "new")) for b in (-0.5, 0.0, 0.5)]
-    pd.DataFrame(rows).to_csv(tmp_path / "modular_ft.csv", index=False)
-    code, out, _ = _run(["claims", str(tmp_path), "--format", "csv"], capsys)
+def test_claims_command_recomputes_verdicts_and_figures_from_a_planted_table(tmp_path, capsys):
+    """The command that recomputes a recorded run's verdicts without training, on a tiny planted table of the
+    compact per-seed format: b < 0 helps on every modulus (primary 5 reproduced at 12 seeds), b > 0 does nothing."""
+    rows = [dict(seed=s, p=p, kind=k, when="post", b=b, ft_loss=0.005, ft_converged=True,
+                 acc=0.5 + (0.05 if b < 0 else 0) + 0.01 * s + 0.004 * ((s * 5 + p) % 3) * (b != 0))
+            for s in range(12) for p, k in ((3, "reuse"), (7, "new")) for b in (-0.5, 0.0, 0.5)]
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pd.DataFrame(rows).to_csv(tables / "modular_ft.csv", index=False)
+    code, out, _ = _run(["claims", str(tables), "--out", str(tmp_path / "re"), "--level", "primary", "--format", "csv"],
+                        capsys)
     assert code == 0
     got = pd.read_csv(io.StringIO(out))
-    assert set(got.claim) == {5} and set(got.task) == {"new primes", "factor reuse", "new minus reuse"}
-    assert got.set_index("task").loc["new primes", "verdict"] == "reproduced"
-    assert (tmp_path / "claims.csv").exists() and (tmp_path / "fig_claim5_balancedness.png").exists()
+    assert list(got.claim) == [5] and got.verdict.iloc[0] == "reproduced" and got.seeds.iloc[0] == 12
+    assert got.effect.iloc[0] == pytest.approx(0.05 + 0.004 * 1, abs=0.004)
+    assert (tmp_path / "re" / "claims.csv").exists() and (tmp_path / "re" / "fig_claim5_balancedness.png").exists()
+    assert not (tables / "claims.csv").exists()  # the recorded tables are only read
+    full = pd.read_csv(tmp_path / "re" / "claims.csv")
+    assert list(dict.fromkeys(full.level)) == ["primary", "secondary", "ftlab"]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -12,7 +12,7 @@ from ftlab.cli.output import emit, format_option
 from ftlab.core.results import output_lock
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-_SHOW = ["claim", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm", "seeds", "verdict"]
+_SHOW = ["level", "claim", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm", "seeds", "verdict"]
 
 
 def _seeds(value: str | None):
@@ -48,9 +48,9 @@ def deep():
     \b
     Examples:
       ftlab deep vision --out runs/vision               # quick run, both architectures (minutes)
-      ftlab deep vision --full --out runs/vision-full   # 8 paired seeds, full grids (~1 h, 2 cores)
+      ftlab deep vision --full --out runs/vision-full   # the full run's seeds and grids (docs/deep.md)
       ftlab deep modular --out runs/modular             # Transformer on (a + b) mod 30
-      ftlab deep claims runs/vision                     # verdicts and figures from saved tables
+      ftlab deep claims docs/deep-seeds --out runs/re   # the recorded run's verdicts and figures, no training
       ftlab deep geometry pre.npy post.npy --center     # PR, ENSD, CKA of two arrays
     """
 
@@ -62,7 +62,7 @@ def _sweep_options(f):
     f = click.option("--seeds", default=None, help="Comma-separated evaluation seeds (default: the protocol's).")(f)
     f = click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
                      help="Folder for tables, checkpoints, figures and claims.csv (reruns resume).")(f)
-    f = click.option("--full", is_flag=True, help="The full protocol (8 paired seeds, full grids; docs/deep.md).")(f)
+    f = click.option("--full", is_flag=True, help="The full protocol (seeds chosen by power, full grids; docs/deep.md).")(f)
     return f
 
 
@@ -78,7 +78,8 @@ def vision(full, out, seeds, workers, scheduler, archs, width, fmt):
     \b
     (a) ResNet-18 with BatchNorm and (b) the same without normalization and biases, pretrained on
     8 Fashion-MNIST classes, fine-tuned on 2 of them, on the 2 held-out classes and on MNIST.
-    Writes OUT/vision_*.csv, OUT/claims.csv (claims 1-4), OUT/claims_own.csv and the figures.
+    Writes OUT/vision_*.csv, OUT/claims.csv (claims 1-4: primaries, secondary rows, ftlab's own) and the
+    figures.
     Example:  ftlab deep vision --out runs/vision --arch nf_resnet18 --seeds 0,1,2,3
     """
     from ftlab.experiments.deep_claims import vision as V
@@ -125,21 +126,31 @@ def modular(full, out, seeds, workers, scheduler, whens, fmt):
 
 @deep.command(context_settings=_CTX)
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--own", is_flag=True, help="Show ftlab's own findings instead of the paper's claims.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write claims.csv, primaries.csv and the figures here (default: FOLDER).")
+@click.option("--level", type=click.Choice(["primary", "secondary", "ftlab", "all"]), default="all", show_default=True,
+              help="Which rows to show: the primaries, the secondary rows, ftlab's own findings, or all.")
 @format_option
-def claims(folder, own, fmt):
-    """Recompute the verdicts and figures from the tables saved in FOLDER.
+def claims(folder, out, level, fmt):
+    """Recompute every verdict and figure from the tables saved in FOLDER, without training.
 
     \b
-    Reads FOLDER/vision_ft.csv and/or FOLDER/modular_ft.csv (either may be absent); rewrites
-    FOLDER/claims.csv, FOLDER/claims_own.csv and the figures.
-    Example:  ftlab deep claims results/deep --format csv
+    FOLDER is a run folder or the compact per-seed tables of a recorded run (docs/deep-seeds:
+    vision_ft.csv, vision_pt.csv, modular_ft.csv, modular_pt.csv; either part may be absent).
+    Writes OUT/claims.csv (primaries, then secondary rows, then ftlab's own findings),
+    OUT/primaries.csv (the declared tests) and the figures.
+    Examples:
+      ftlab deep claims runs/vision --level primary
+      ftlab deep claims docs/deep-seeds --out results/deep-recomputed
     """
     from ftlab.experiments.deep_claims.pipeline import verdicts_from_folder
 
-    with output_lock(folder) if folder.is_dir() else contextlib.nullcontext():  # a missing folder: its own error
-        res = verdicts_from_folder(folder)
-    emit(_records(res.own if own else res.claims), fmt)
+    target = folder if out is None else out
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    with output_lock(target) if target.is_dir() else contextlib.nullcontext():  # a missing folder: its own error
+        res = verdicts_from_folder(folder, out=out)
+    emit(_records(res.claims if level == "all" else res.level(level)), fmt)
 
 
 def _load_array(path: Path):

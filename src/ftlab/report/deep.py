@@ -1,10 +1,12 @@
 """Report section ``deep``: the paper's deep-network claims at CPU scale (``ftlab reproduce deep``).
 
 Quick run (default, a few minutes): 2 seeds, both vision architectures, three tasks, one value per
-knob; its verdicts are indicative only. ``--full``: 8 paired seeds and the full grids
-(:data:`ftlab.experiments.deep_claims.vision.FULL`, :data:`ftlab.experiments.deep_claims.modular.FULL`).
-Protocols: :mod:`ftlab.experiments.deep_claims.vision` and :mod:`~ftlab.experiments.deep_claims.modular`;
-effects and verdicts: :mod:`ftlab.experiments.deep_claims.claims`.
+knob; below the rule's minimum of seeds, so it cannot decide and says so first. ``--full``: the seeds
+chosen by power from the pilot and the full grids (:data:`ftlab.experiments.deep_claims.vision.FULL`,
+:data:`ftlab.experiments.deep_claims.modular.FULL`). The section prints the declared primary tests
+first, then the secondary rows, then ftlab's own findings. Protocols:
+:mod:`ftlab.experiments.deep_claims.vision`, :mod:`~ftlab.experiments.deep_claims.modular`; effects and
+verdicts: :mod:`ftlab.experiments.deep_claims.claims`.
 """
 
 from __future__ import annotations
@@ -17,105 +19,115 @@ import pandas as pd
 from ftlab.experiments.deep_claims.figures import FIGURES
 from ftlab.report import DataUnavailable, ReportContext
 
-__all__ = ["FIGURES", "claims_markdown", "holds", "run", "verdict_summary"]
+__all__ = ["FIGURES", "primaries_markdown", "quick_banner", "rows_markdown", "run", "sentence"]
 
-ARCH_LABEL = {"resnet18": "(a) ResNet-18 with BatchNorm", "nf_resnet18": "(b) normalization-free ResNet-18",
-              "transformer": "Transformer"}
-MEANING = {
-    1: "Moving weight norm from the early layers to the readout (kappa < 1), at pretraining initialization or as "
-       "an exact rebalance of the pretrained network, {verb} fine-tuning accuracy against kappa = 1.",
-    2: "Starting pretraining from a smaller absolute scale (s < 1) {verb} fine-tuning accuracy against s = 1 "
-       "(the claim is that it degrades: a positive effect).",
-    3: "A smaller fresh readout (gamma < 1) {verb} accuracy against gamma = 1 at the intermediate n_FT.",
-    4: "Across arms, accuracy gains {verb} with compression (lower centred PR) and with alignment to the "
-       "unintervened pretrained network (higher centred ENSD) of the pooled features.",
-    5: "Lower balancedness (b < 0 vs b = 0) {verb} Transformer fine-tuning accuracy on modular arithmetic.",
-}
+ARCH_LABEL = {"resnet18": "(a) BatchNorm", "nf_resnet18": "(b) norm-free", "transformer": "Transformer",
+              "both vision": "(a) + (b)"}
 
 
-def _num(x: float, digits: int = 3) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:+.{digits}f}"
+def _pts(x: float, unit: str, sign: bool = True) -> str:
+    if x is None or not math.isfinite(x):
+        return "unbounded" if x is not None and math.isinf(x) else "n/a"
+    v, d = (100 * x, 1) if unit == "accuracy" else (x, 3)
+    return f"{v:+.{d}f}" if sign else f"{v:.{d}f}"
 
 
-def holds(table: pd.DataFrame, claim: int, arch: str) -> str | None:
-    """``"holds"`` when at least half of the claim's rows for ``arch`` are reproduced and none is
-    reversed; ``"reversed"`` when at least half are reversed and none reproduced; ``"mixed"`` when
-    both occur; ``"undecided"`` otherwise; ``None`` without rows (ftlab's summary rule)."""
-    t = table[(table.claim.astype(str) == str(claim)) & (table.arch == arch)]
-    if t.empty:
-        return None
-    rep, rev = int((t.verdict == "reproduced").sum()), int((t.verdict == "reversed").sum())
-    if rep and rev:
-        return "mixed"
-    if rep * 2 >= len(t):
-        return "holds"
-    if rev * 2 >= len(t):
-        return "reversed"
-    return "undecided"
+def _interval(lo: float, hi: float, unit: str) -> str:
+    return f"[{_pts(lo, unit)}, {_pts(hi, unit)}]"
 
 
-def verdict_summary(table: pd.DataFrame, claim: int) -> str:
-    """One sentence: in which architecture(s) the claim holds, with the verdict counts per architecture."""
-    parts, held = [], []
-    for arch in ("resnet18", "nf_resnet18", "transformer"):
-        h = holds(table, claim, arch)
-        if h is None:
-            continue
-        t = table[(table.claim.astype(str) == str(claim)) & (table.arch == arch)]
-        counts = ", ".join(f"{n} {v}" for v, n in t.verdict.value_counts().items())
-        parts.append(f"{ARCH_LABEL[arch]}: {h} ({counts} of {len(t)})")
-        if h == "holds":
-            held.append(arch)
-    vision = [a for a in ("resnet18", "nf_resnet18") if holds(table, claim, a) is not None]
-    if vision:
-        where = ("both" if len(held) == 2 else "(a) only" if held == ["resnet18"] else "(b) only" if held ==
-                 ["nf_resnet18"] else "neither")
-        return f"Holds in {where}. " + "; ".join(parts) + "."
-    return ("Holds. " if held else "Does not hold. ") + "; ".join(parts) + "."
+def sentence(row) -> str:
+    """One sentence for a primary that is reversed or task-dependent (empty otherwise)."""
+    unit = "points" if row.unit == "accuracy" else "log PR"
+    eff = f"{_pts(row.effect, row.unit)} {unit} {_interval(row.ci_low, row.ci_high, row.unit)}"
+    if row.verdict == "reversed":
+        return (f"Claim {row.claim} is reversed here: the pooled effect is {eff}, confidently against the paper's "
+                f"direction (p = {row.p_holm:.2g} after Holm).")
+    if row.verdict == "task-dependent":
+        return (f"Claim {row.claim} is task-dependent here: the pooled effect is {eff}, but its strata disagree "
+                f"(I² = {100 * row.i2:.0f}%, Q p = {row.p_q:.2g}: {row.strata}).")
+    return ""
 
 
-def claims_markdown(table: pd.DataFrame, *, own: bool = False) -> str:
-    head = ("| claim | architecture | task | knob | when | effect [95% CI] | p (Holm) | seeds | verdict | PT loss | "
-            "FT loss |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
+def primaries_markdown(table: pd.DataFrame) -> str:
+    """The five primaries: effect with its 95% and family-level intervals, Holm p, verdict, seeds, power for
+    a 2-point effect, minimal detectable effect, heterogeneity and the share of runs outside the premise."""
+    t = table[table.level == "primary"]
+    lines = ["| claim | effect [95% CI] | family interval | p (Holm) | verdict | seeds | power (2 pt) | MDE | Q, I² | "
+             "outside premise |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in t.itertuples():
+        unit = "pt" if r.unit == "accuracy" else "log PR"
+        power = "—" if not math.isfinite(r.power_2pt) else f"{100 * r.power_2pt:.0f}%"
+        het = "—" if not math.isfinite(r.q) else f"{r.q:.1f}, {100 * r.i2:.0f}%"
+        lines.append(f"| {r.claim} | {_pts(r.effect, r.unit)} {_interval(r.ci_low, r.ci_high, r.unit)} {unit} | "
+                     f"{_interval(r.fam_low, r.fam_high, r.unit)} | {r.p_holm:.2g} | **{r.verdict}** | {r.seeds} | "
+                     f"{power} | {_pts(r.mde, r.unit, sign=False)} {unit} | {het} | {100 * r.premise_missed:.1f}% |")
+    return "\n".join(lines)
+
+
+def rows_markdown(table: pd.DataFrame) -> str:
+    """Secondary rows or ftlab's own findings, one line each."""
+    lines = ["| claim | architecture | task | knob | when | effect [95% CI] | p (Holm) | seeds | verdict | "
+             "outside premise |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
-        lines.append(f"| {r.claim} | {r.arch} | {r.task} | {r.knob} | {r.when} | {_num(r.effect)} "
-                     f"[{_num(r.ci_low)}, {_num(r.ci_high)}] | {r.p_holm:.3g} | {r.seeds} | **{r.verdict}** | "
-                     f"{r.pt_train_loss:.3g} | {r.ft_train_loss:.3g} |")
-    if own:
-        lines.append("")
-        lines += [f"* {s}" for s in dict.fromkeys(table.paper_statement)]
+        lines.append(f"| {r.claim} | {ARCH_LABEL.get(r.arch, r.arch)} | {r.task} | {r.knob} | {r.when} | "
+                     f"{_pts(r.effect, r.unit)} {_interval(r.ci_low, r.ci_high, r.unit)} | {r.p_holm:.2g} | {r.seeds} | "
+                     f"**{r.verdict}** | {100 * r.premise_missed:.1f}% |")
     return "\n".join(lines)
 
 
-def _elr_markdown(elr: pd.DataFrame) -> str:
-    e = elr[elr.arch == "resnet18"]
-    if e.empty:
-        return ""
-    stages = list(dict.fromkeys(e.stage))
-    lines = ["| arm | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
-    for (knob, when, value), g in e.groupby(["knob", "when", "value"], sort=False):
-        cell = {r.stage: (f"x{r.weight_factor:.2g} (ELR x{r.elr_factor:.2g})" if math.isfinite(r.elr_factor)
-                          else f"x{r.weight_factor:.2g}") for r in g.itertuples()}
-        lines.append(f"| {knob}={value:g} ({when}) | " + " | ".join(cell.get(s, "") for s in stages) + " |")
+def quick_banner(n_vision: int, n_modular: int) -> str:
+    """What the quick run can and cannot say: below the minimum of seeds, with each primary's planned
+    seeds and its power at the quick run's seeds (from the pilot's standard deviation)."""
+    from ftlab.experiments.deep_claims.claims import PAPER, POWER_EFFECT, PRIMARIES
+    from ftlab.experiments.verdicts import MIN_SEEDS, power
+
+    parts = []
+    for p in PRIMARIES:
+        n = n_modular if p.claim == 5 else n_vision
+        need = p.seeds_needed()
+        if need is None:
+            parts.append(f"claim {p.claim}: no accuracy effect to power (its minimal detectable effect is reported)")
+        else:
+            pw = power(POWER_EFFECT, p.pilot_sd, n, m=len(PAPER))
+            parts.append(f"claim {p.claim}: {need} seeds planned, power {100 * pw:.0f}% at {n}")
+    return (f"> **Quick run: it cannot decide.** {n_vision} vision and {n_modular} Transformer seeds are below the "
+            f"rule's minimum of {MIN_SEEDS} seeds, so every verdict below is *inconclusive* by construction, whatever "
+            f"the numbers. Power for a {100 * POWER_EFFECT:.0f}-point effect (pilot standard deviations, level 0.05/5): "
+            + "; ".join(parts) + ". The decided verdicts are those of the recorded full run (docs/deep.md, "
+            "docs/deep-claims.csv; `ftlab reproduce deep --full`).")
+
+
+def _premise_markdown(vis: dict, mod: dict) -> str:
+    pt, ft, mpt, mft = vis["pt"], vis["ft"], mod["pt"], mod["ft"]
+    ev = pt[pt.seed.isin(set(ft.seed))]
+    lines = ["| | pretrainings below the loss target | fine-tunings below it | rate (PT / FT), every arm | "
+             "runs redone at a lower rate |", "|---|---|---|---|---|"]
+    for arch in dict.fromkeys(ft.arch):
+        p, f = ev[ev.arch == arch], ft[ft.arch == arch]
+        redone = int((p.pt_retries > 0).sum() + (f.ft_retries > 0).sum())
+        lines.append(f"| {ARCH_LABEL.get(arch, arch)} | {int(p.pt_converged.sum())} of {len(p)} (max loss "
+                     f"{p.pt_loss.max():.3g}) | {int(f.ft_converged.sum())} of {len(f)} | "
+                     f"{'/'.join(map(str, sorted(set(p.lr))))} / {'/'.join(map(str, sorted(set(f.lr))))} | {redone} |")
+    mp = mpt[mpt.seed.isin(set(mft.seed))]
+    redone = int((mp.pt_retries > 0).sum() + (mft.ft_retries > 0).sum())
+    lines.append(f"| Transformer | {int(mp.pt_converged.sum())} of {len(mp)} (max loss {mp.pt_loss.max():.3g}) | "
+                 f"{int(mft.ft_converged.sum())} of {len(mft)} | {'/'.join(map(str, sorted(set(mp.lr))))} / "
+                 f"{'/'.join(map(str, sorted(set(mft.lr))))} | {redone} |")
     return "\n".join(lines)
 
 
-def _redone(*tables: pd.DataFrame) -> int:
-    """How many runs of the tables were redone at a lower rate (their ``*_retries`` columns)."""
-    n = 0
-    for t in tables:
-        for col in ("pt_retries", "ft_retries"):
-            if col in t.columns:
-                n += int((pd.to_numeric(t[col], errors="coerce").fillna(0) > 0).sum())
-    return n
+def _figure(ctx: ReportContext, out, rel, name: str, caption: str) -> list[str]:
+    if ctx.wants(name) and (out / f"{name}.png").exists():
+        return [f"![{caption}]({rel}/{name}.png)", "", f"*{caption}*", ""]
+    return []
 
 
 def run(ctx: ReportContext) -> str:
     from ftlab.data import DatasetMissing
     from ftlab.experiments.deep_claims import modular as M
     from ftlab.experiments.deep_claims import vision as V
-    from ftlab.experiments.deep_claims.claims import PAPER
+    from ftlab.experiments.deep_claims.claims import PAPER, primaries_table
     from ftlab.experiments.deep_claims.pipeline import judge, run_modular_part, run_vision_part
 
     out = ctx.section_dir("deep")
@@ -131,77 +143,52 @@ def run(ctx: ReportContext) -> str:
     mod = run_modular_part(out, proto=mproto, grid=mgrid, workers=ctx.workers, scheduler=ctx.scheduler)
     res = judge(out, vis, mod, gamma_default=vproto.gamma_default, geometry_at=vproto.geometry_at,
                 stages=vproto.stages, figures=ctx.figures)
-    table, own = res.claims, res.own
-    rel = out.relative_to(ctx.out_dir)
-    pt, ft, mpt, mft = vis["pt"], vis["ft"], mod["pt"], mod["ft"]
-    counts = ", ".join(f"{n} {v}" for v, n in table.verdict.value_counts().items())
-    md = []
-    if not ctx.full:
-        md += ["> **Quick run: the verdicts below are indicative only.** "
-               f"{len(vgrid.seeds)} seeds and one value per knob cannot decide most claims; the recorded full run "
-               "(8 paired seeds, full grids, `ftlab reproduce deep --full`) is in docs/deep.md and "
-               "docs/deep-claims.csv.", ""]
+    table, rel = res.claims, out.relative_to(ctx.out_dir)
+    md = [quick_banner(len(vgrid.seeds), len(mgrid.seeds)), ""] if not ctx.full else []
     md += [
         "Claims of Anguita et al. (2026, arXiv 2602.20062) on deep networks, tested at CPU scale "
-        f"({'full' if ctx.full else 'quick'} run). Two vision architectures side by side: (a) a CIFAR-style ResNet-18 "
-        "with BatchNorm (the paper's architecture) and (b) the same topology without normalization and biases, in "
-        f"which a rescale is exact; width {vproto.width}, Fashion-MNIST at {28 // vproto.downsample}x"
-        f"{28 // vproto.downsample} pixels. Pretraining on {vproto.n_pt} images of 8 Fashion-MNIST classes; "
-        "fine-tuning on 2 of those classes (`pt_subset`), on the 2 held-out classes (`heldout`) and on MNIST "
-        f"(`mnist`, the stand-in for SVHN), n_FT in {list(vgrid.n_ft)}. One knob at a time against a paired "
-        f"baseline: kappa in {list(vgrid.kappa)} at pretraining initialization and as an exact rebalance after "
-        f"pretraining, s in {list(vgrid.s)} at initialization, gamma in {list(vgrid.gamma)} (baseline "
-        f"{vproto.gamma_default:g}) at the start of fine-tuning. Both stages train towards a training loss "
-        f"< {vproto.loss_target:g}; every arm's learning rate comes from a small grid on a separate tuning seed. "
-        "**How the knobs map onto deep networks, the data, the sizes and the optimizers are ftlab's choices, not "
-        "the paper's** (docs/deep.md). Effects are paired per seed and signed so that positive = the paper's "
-        "direction; intervals are 95% Student-t over seeds (correlations: over Fisher's z); p-values are "
-        "Holm-corrected across the whole family of the paper's claims.",
+        f"({'full' if ctx.full else 'quick'} run): two vision architectures side by side ((a) a CIFAR-style ResNet-18 "
+        "with BatchNorm, (b) the same without normalization and biases, where a rescale is exact; width "
+        f"{vproto.width}, Fashion-MNIST at {28 // vproto.downsample}x{28 // vproto.downsample}), pretrained on "
+        f"{vproto.n_pt} images of 8 classes and fine-tuned on 2 of them, on the 2 held-out classes and on MNIST "
+        f"(n_FT in {list(vgrid.n_ft)}), and a Transformer on modular arithmetic. One knob at a time against a paired "
+        "baseline; **one learning rate per architecture and stage for every arm** (tuned on the baseline arm). "
+        "**The mapping of the knobs, the data, the sizes and the optimizers are ftlab's choices, not the paper's** "
+        "(docs/deep.md).",
         "",
-        f"Verdicts ({len(table)} rows): {counts}.",
+        "**Primary tests** (declared in code before the run; one per claim, Holm over the five; effects paired per "
+        "seed, positive = the paper's direction, pooled over their strata with equal weights; exact sign-flip test "
+        "and interval; 'no effect' needs the family-level interval inside the margin):",
+        "",
+        "| claim | statistic | pooled over | margin |", "|---|---|---|---|",
+        *[f"| {r.claim} | {r.statistic} | {r.pools} | {r.margin:g} ({r.unit}) |" for r in primaries_table().itertuples()],
+        "",
+        primaries_markdown(table),
         "",
     ]
-    figs = {1: "fig_claim1_kappa", 2: "fig_claim2_s", 3: "fig_claim3_gamma", 4: "fig_claim4_signature",
-            5: "fig_claim5_balancedness"}
-    for c in (1, 2, 3, 4, 5):
-        t = table[table.claim.astype(str) == str(c)]
-        if t.empty:
-            continue
-        rep = (t.verdict == "reproduced").sum()
-        verb = "improved" if c != 2 else "degraded"
-        verb = verb if rep * 2 >= len(t) else f"did not consistently change (the claim: {verb})"
-        if c == 4:
-            verb = "correlated" if rep * 2 >= len(t) else "did not consistently correlate"
-        md += [f"### Claim {c}: {PAPER[c]}", "", f"{verdict_summary(table, c)} {MEANING[c].format(verb=verb)}", "",
-               claims_markdown(t), ""]
-        if ctx.wants(figs[c]) and (out / f"{figs[c]}.png").exists():
-            md += [f"![Claim {c}: effect against the knob]({rel}/{figs[c]}.png)", ""]
-    elr = vis.get("elr")
-    if elr is not None and not elr.empty:
-        md += ["**What a rescale does to (a).** In the BatchNorm network a weight that feeds a BatchNorm is "
-               "scale-invariant: multiplying it by f leaves the function unchanged and multiplies its effective SGD "
-               "learning rate by 1/f^2. The rebalance therefore cannot include (a)'s readout and acts on (a) only "
-               "through these learning-rate changes (geometric mean per stage, at initialization):", "",
-               _elr_markdown(elr), ""]
-    conv = ft.ft_converged.astype(bool).mean() if len(ft) else math.nan
-    md += [f"**Training premise.** Pretraining reached a training loss of median {pt.pt_loss.median():.3g} "
-           f"(max {pt.pt_loss.max():.3g}; test accuracy on the pretraining classes {pt.pt_acc.mean():.3f}); "
-           f"{100 * conv:.0f}% of the {len(ft)} vision fine-tunings reached the loss target "
-           f"(largest reached loss {ft.ft_loss.max():.3g}). Transformer: pretraining loss median "
-           f"{mpt.pt_loss.median():.3g}, test accuracy {mpt.pt_acc.mean():.3f} on (a + b) mod {mproto.modulus}; "
-           f"{100 * mft.ft_converged.astype(bool).mean():.0f}% of {len(mft)} fine-tunings reached the target. "
-           "The learning rates chosen per arm are in the `lr` columns of the tables; "
-           f"{_redone(pt, ft, mpt, mft)} evaluation runs that diverged (or, in vision pretraining, collapsed) at "
-           "that rate were redone from the same start at the next lower rate of the grid (`pt_lr_used`, "
-           "`ft_lr_used`).", ""]
+    md += [s for s in (sentence(r) for r in table[table.level == "primary"].itertuples()) if s]
+    md += ["", *[f"{c}. {PAPER[c]}" for c in PAPER], ""]
+    md += _figure(ctx, out, rel, "fig_primaries", "Each primary: its strata (grey, descriptive 95% t intervals) and "
+                  "the pooled effect with its 95% (thick) and family-level (thin) sign-flip intervals.")
+    md += ["**Secondary rows** (their own Holm family; the primaries decide the claims):", "",
+           rows_markdown(table[table.level == "secondary"]), ""]
+    for name, cap in (("fig_claim1_kappa", "Claim 1: accuracy change against kappa (solid: at PT initialization; "
+                       "dashed: after PT, at the start of fine-tuning)."),
+                      ("fig_claim2_s", "Claim 2: accuracy change against s at PT initialization."),
+                      ("fig_claim3_gamma", "Claim 3: accuracy change against the fresh readout's scale gamma."),
+                      ("fig_claim4_signature", "Claim 4: compression against alignment per intervention."),
+                      ("fig_claim5_balancedness", "Claim 5: accuracy change against balancedness b.")):
+        md += _figure(ctx, out, rel, name, cap)
+    own = table[table.level == "ftlab"]
     if not own.empty:
-        md += ["**ftlab's own findings** (claims the paper does not make; their own Holm family, never counted "
-               "with the paper's):", "", claims_markdown(own, own=True), ""]
-    for name, cap in (("fig_accuracy", "Fine-tuned test accuracy against n_FT per arm (mean, unpaired 95% interval)."),
-                      ("fig_geometry", "Per stage: centred PR after fine-tuning, centred ENSD and CKA with the "
-                                       "unintervened pretrained network (means over seeds and tasks).")):
-        if ctx.wants(name) and (out / f"{name}.png").exists():
-            md += [f"![{cap}]({rel}/{name}.png)", "", f"*{cap}*", ""]
-    md.append(f"Tables: `{rel}/claims.csv` (the paper's claims), `{rel}/claims_own.csv`, `{rel}/vision_*.csv`, "
-              f"`{rel}/modular_*.csv` (sidecars hold the protocol).")
+        md += ["**ftlab's own findings** (the opposite knob directions; claims the paper does not make, their own "
+               "Holm family):", "", rows_markdown(own), ""]
+    md += ["**Training premise and learning rates** (a run is inside the premise when it and the pretraining it "
+           "starts from reached the training-loss target; a claim with more than 5% of its runs outside is "
+           "'outside the premise'):", "", _premise_markdown(vis, mod), ""]
+    md += _figure(ctx, out, rel, "fig_accuracy", "Fine-tuned test accuracy against n_FT per arm.")
+    md += _figure(ctx, out, rel, "fig_geometry", "Per stage: centred PR after fine-tuning, centred ENSD and CKA with "
+                  "the unintervened pretrained network.")
+    md.append(f"Tables: `{rel}/claims.csv` (primaries, secondary rows, ftlab's own findings), `{rel}/primaries.csv` "
+              f"(the declared tests), `{rel}/vision_*.csv`, `{rel}/modular_*.csv` (sidecars hold the protocol).")
     return "\n".join(md)

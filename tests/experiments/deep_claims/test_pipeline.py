@@ -11,7 +11,13 @@ import torch
 from ftlab.experiments.deep_claims import claims as C
 from ftlab.experiments.deep_claims import modular as M
 from ftlab.experiments.deep_claims import vision as V
-from ftlab.experiments.deep_claims.pipeline import judge, run_modular_part, run_vision_part, verdicts_from_folder
+from ftlab.experiments.deep_claims.pipeline import (
+    export_tables,
+    judge,
+    run_modular_part,
+    run_vision_part,
+    verdicts_from_folder,
+)
 
 TINY_V = (V.VisionProtocol(width=2, n_pt=48, pt_epochs=2, pt_lrs=(0.02, 0.1), pt_tune_epochs=1, ft_lrs=(0.01, 0.05),
                            ft_max_steps=3, ft_tune_n=8, n_test=30, n_geometry=16, geometry_at=10),
@@ -30,21 +36,23 @@ def test_tiny_vision_and_modular_end_to_end(tmp_path):
     n_arms = len(V.arms(grid))  # baseline, kappa init, kappa post, s init (2), gamma
     assert n_arms == 6
     assert len(ft) == 2 * 2 * n_arms * 2  # archs x seeds x arms x n_ft
-    assert len(pt) == 2 * 3 * 4  # archs x (tune seed + 2 seeds) x PT arms (baseline, kappa, s x 2)
-    assert len(tabs["pt_tune"]) == 2 * 4 * 2 and len(tabs["ft_tune"]) == 2 * n_arms * 2
+    # archs x (2 seeds x PT arms (baseline, kappa, s x 2) + the tuning seed's baseline only)
+    assert len(pt) == 2 * (2 * 4 + 1)
+    # equal learning rates: tuned on the baseline arm only, one rate per architecture and stage for every arm
+    assert set(tabs["pt_tune"].knob) == {"none"} and len(tabs["pt_tune"]) == 2 * 2
+    assert set(tabs["ft_tune"].knob) == {"none"} and len(tabs["ft_tune"]) == 2 * 2
+    assert ft.groupby("arch").lr.nunique().max() == 1 and pt.groupby("arch").lr.nunique().max() == 1
+    assert proto.tune_seed not in set(ft.seed)
     ok = ft.acc.notna()  # a missing accuracy only where fine-tuning diverged (loss inf, stored as null)
     assert ft[ok].acc.between(0, 1).all() and not np.isfinite(ft[~ok].ft_loss).any() and ok.mean() > 0.8
-    assert set(ft.lr) <= set(proto.ft_lrs) and set(pt.lr) <= set(proto.pt_lrs)
-    # one learning rate per (arch, arm), chosen on the tuning seed, never an evaluation seed
-    assert ft.groupby(["arch", "knob", "when", "value"]).lr.nunique().max() == 1
-    assert proto.tune_seed not in set(ft.seed)
+    # kappa after PT holds at the start of fine-tuning: (b) moves norm into the fresh readout, (a) cannot
+    post = ft[(ft.knob == "kappa") & (ft.when == "post")]
+    assert (post.kappa_fn_change < 1e-3).all() and (post.kappa_stem_factor < 1).all()
+    assert (post[post.arch == "nf_resnet18"].kappa_readout_factor > 1.5).all()
+    assert np.allclose(post[post.arch == "resnet18"].kappa_readout_factor, 1.0)
     geo = ft[(ft.n_ft == proto.geometry_at) & ok]
-    assert geo["ensd_c:pool"].notna().all() and geo["pr_post_c:layer2"].notna().all()
+    assert geo["cka:pool"].notna().all() and geo["pr_post_c:layer2"].notna().all()
     assert ft[ft.n_ft != proto.geometry_at]["pr_post_c:pool"].isna().all()
-    elr = tabs["elr"]
-    bn = elr[(elr.arch == "resnet18") & (elr.knob == "s") & (elr.value == 0.5)]
-    assert np.allclose(bn[bn.stage != "fc"].elr_factor, 1 / 0.5)  # (a): params x sqrt(s); convs' ELR x 1/s
-    assert elr[elr.arch == "nf_resnet18"].elr_factor.isna().all()  # no scale-invariant weights without BN
     # resumable: a second call recomputes nothing and returns the same table
     n_lines = (tmp_path / "vision_ft.jsonl").read_text().count("\n")
     ft2 = run_vision_part(tmp_path, proto=proto, grid=grid, workers=1)["ft"]
@@ -53,19 +61,28 @@ def test_tiny_vision_and_modular_end_to_end(tmp_path):
     mproto, mgrid = TINY_M
     mod = run_modular_part(tmp_path, proto=mproto, grid=mgrid, workers=1)
     assert len(mod["ft"]) == 2 * 2 * 2 * 3 and set(mod["ft"].kind) == {"reuse", "new"}
-    assert len(mod["pt"]) == 3 * (1 + 3)  # (tune + 2 seeds) x (unrescaled + 3 balancedness at init)
-    post = mod["ft"][mod["ft"].when == "post"]
-    assert np.allclose(post.groupby(["seed", "p"]).b_pt_end.nunique(), 1)  # post arms share one PT network
+    assert len(mod["pt"]) == 2 * (1 + 3) + 1  # 2 seeds x (unrescaled + 3 at init) + the tuning seed's unrescaled
+    mpost = mod["ft"][mod["ft"].when == "post"]
+    assert np.allclose(mpost.b_ft_start, mpost.b, atol=1e-6)  # balancedness set after the fresh readout
+    assert mod["ft"].lr.nunique() == 1
     res = judge(tmp_path, tabs, mod, geometry_at=proto.geometry_at, stages=proto.stages)
-    assert list(res.claims.columns[:14]) == C.COLUMNS
-    assert set(res.claims.claim) == {1, 2, 3, 4, 5} and set(res.own.claim) == {"own"}
-    assert set(res.claims.verdict) <= {"reproduced", "reversed", "no effect", "inconclusive"}
-    assert (res.claims.p_holm.dropna() <= 1).all() and res.claims.pt_train_loss.notna().all()
-    for fig in ("fig_claim1_kappa", "fig_claim2_s", "fig_claim3_gamma", "fig_claim4_signature",
-                "fig_claim5_balancedness", "fig_accuracy", "fig_geometry"):
-        assert (tmp_path / f"{fig}.png").exists(), fig
+    assert list(res.claims.columns) == C.COLUMNS
+    levels = list(dict.fromkeys(res.claims.level))
+    assert levels == ["primary", "secondary", "ftlab"]  # primaries first, then secondary rows, then ftlab's own
+    assert {1, 2, 3, 5} <= set(res.level("primary").claim)
+    # two seeds are below the minimum: nothing can be decided, whatever the numbers
+    assert set(res.claims.verdict) == {"inconclusive"} and (res.claims.seeds <= 2).all()
+    for fig in ("fig_primaries", "fig_claim1_kappa", "fig_claim2_s", "fig_claim3_gamma", "fig_claim5_balancedness",
+                "fig_accuracy", "fig_geometry"):
+        assert (tmp_path / fig).with_suffix(".png").exists(), fig
     again = verdicts_from_folder(tmp_path, figures=())
     pd.testing.assert_frame_equal(again.claims, res.claims)
+    # the compact tables recompute the same verdicts (floats kept to 5 significant digits)
+    export_tables(tmp_path, tmp_path / "compact")
+    compact = verdicts_from_folder(tmp_path / "compact", out=tmp_path / "recomputed", figures=("fig_primaries",))
+    assert (tmp_path / "recomputed" / "fig_primaries.png").exists() and not (tmp_path / "compact" / "claims.csv").exists()
+    pd.testing.assert_frame_equal(compact.claims.drop(columns=["mde", "power_2pt"]),
+                                  res.claims.drop(columns=["mde", "power_2pt"]), rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.usefixtures("tiny_images")
@@ -86,7 +103,10 @@ def test_arms_are_paired_a_null_arm_reproduces_the_baseline_exactly(tmp_path):
 
     base = run(knob="none", when="-", value=1.0)
     assert run(knob="gamma", when="ft", value=proto.gamma_default) == base
-    assert run(knob="kappa", when="post", value=1.0) == base
+    null_kappa = run(knob="kappa", when="post", value=1.0)
+    assert {k: null_kappa.pop(k) for k in ("kappa_stem_factor", "kappa_readout_factor", "kappa_fn_change")} == {
+        "kappa_stem_factor": 1.0, "kappa_readout_factor": 1.0, "kappa_fn_change": 0.0}
+    assert null_kappa == base
     assert run(knob="gamma", when="ft", value=0.1) != base
 
 
@@ -158,81 +178,6 @@ def test_truncated_training_keeps_the_planned_schedule():
     assert torch.equal(d, e)
 
 
-def _planted(effects: dict, seeds=range(8), noise=0.002, geometry=None):
-    """A vision FT table with planted paired effects (knob, when, value) -> accuracy change."""
-    rng = np.random.default_rng(0)
-    rows = []
-    for arch in ("resnet18", "nf_resnet18"):
-        for s in seeds:
-            for n in (10, 30, 100, 300):
-                base = 0.6 + 0.1 * np.log10(n) + 0.05 * rng.standard_normal()
-                rows.append(dict(arch=arch, seed=s, task="t", n_ft=n, knob="none", when="-", value=1.0, acc=base,
-                                 ft_loss=0.005))
-                for (knob, when, val), eff in effects.items():
-                    e = eff(n) if callable(eff) else eff
-                    rows.append(dict(arch=arch, seed=s, task="t", n_ft=n, knob=knob, when=when, value=val,
-                                     acc=base + e + noise * rng.standard_normal(), ft_loss=0.007))
-    return pd.DataFrame(rows)
-
-
-def test_claim_effects_and_verdicts_on_planted_effects():
-    ft = _planted({("kappa", "init", 0.5): 0.05, ("kappa", "post", 0.5): -0.04, ("kappa", "init", 2.0): 0.0,
-                   ("s", "init", 0.5): -0.03, ("s", "init", 2.0): 0.0,
-                   ("gamma", "ft", 0.1): lambda n: 0.04 if n in (30, 100) else -0.2})
-    paper, own = C.vision_effects(ft)
-    t = C.claims_table(paper).set_index(["arch", "claim", "when"])
-    k = t.loc[("nf_resnet18", 1, "init")]
-    assert k.verdict == "reproduced" and k.effect == pytest.approx(0.05, abs=0.003) and k.seeds == 8
-    assert k.ci_low < 0.05 < k.ci_high
-    assert t.loc[("nf_resnet18", 1, "post")].verdict == "reversed"
-    assert t.loc[("resnet18", 2, "init")].verdict == "reproduced"  # s < 1 degrades: positive effect
-    g = t.loc[("resnet18", 3, "ft")]  # only the intermediate n_FT (30, 100) count
-    assert g.verdict == "reproduced" and g.effect == pytest.approx(0.04, abs=0.003)
-    o = C.claims_table(own)
-    assert set(o.claim) == {"own"} and set(o.verdict) == {"no effect"}  # kappa = 2 and s = 2 planted at 0
-    assert (o.ft_train_loss == 0.007).all()
-
-
-def test_holm_correction_spans_the_family():
-    ft = _planted({("kappa", "init", 0.5): 0.004, ("s", "init", 0.5): -0.004}, noise=0.006)
-    t = C.claims_table(C.vision_effects(ft)[0])
-    from ftlab.experiments.verdicts import t_pvalue
-
-    raw = [t_pvalue(r.values) for r in C.vision_effects(ft)[0]]
-    assert all(ph >= p - 1e-12 for ph, p in zip(t.p_holm, raw))
-    assert min(t.p_holm) == pytest.approx(min(1.0, len(raw) * min(raw)))
-
-
-def test_signature_correlation_recovers_planted_compression():
-    rows = []
-    rng = np.random.default_rng(1)
-    for s in range(8):
-        for knob, val in [("none", 1.0), ("kappa", 0.5), ("kappa", 2.0), ("s", 0.5), ("gamma", 0.1), ("gamma", 10.0)]:
-            gain = 0.0 if knob == "none" else rng.normal(0, 0.05)
-            rows.append(dict(arch="nf_resnet18", seed=s, task="t", n_ft=100, knob=knob, when="init", value=val,
-                             acc=0.7 + gain, ft_loss=0.005, **{"pr_post_c:pool": 5.0 - 20 * gain + rng.normal(0, 0.05),
-                                                               "ensd_c:pool": 3.0 + 10 * gain + rng.normal(0, 0.05)}))
-    paper, _ = C.vision_effects(pd.DataFrame(rows), geometry_at=100)
-    t = C.claims_table(paper)
-    sig = t[t.claim == 4].set_index("knob")
-    assert sig.loc["all arms (PR)"].verdict == "reproduced" and sig.loc["all arms (PR)"].effect > 0.9
-    assert sig.loc["all arms (ENSD)"].effect > 0.9 and sig.loc["all arms (ENSD)"].ci_high <= 1
-
-
-def test_modular_claims_difference_in_differences():
-    rows = []
-    for s in range(6):
-        for p, kind, gain in ((3, "reuse", 0.02), (7, "new", 0.10)):
-            for when in ("init", "post"):
-                for b in (-0.9, -0.5, 0.0, 0.5):
-                    rows.append(dict(seed=s, p=p, kind=kind, when=when, b=b, ft_loss=0.004,
-                                     acc=0.5 + (gain if b < 0 else 0.0) + 0.001 * s + 0.0005 * (b == -0.5)))
-    t = C.claims_table(C.modular_effects(pd.DataFrame(rows))).set_index(["when", "task"])
-    assert t.loc[("init", "new primes")].effect == pytest.approx(0.10025)
-    assert t.loc[("post", "new minus reuse")].effect == pytest.approx(0.08)
-    assert t.loc[("post", "new minus reuse")].verdict == "reproduced"
-
-
 def test_modular_tasks_are_validated(tmp_path):
     assert M.task_kind(30, 10) == "reuse" and M.task_kind(30, 14) == "new" and M.task_kind(30, 7) == "new"
     with pytest.raises(ValueError, match="does not divide"):
@@ -250,27 +195,22 @@ def test_modular_data_labels():
 
 
 @pytest.mark.usefixtures("tiny_images")
-def test_report_section_renders_claims_and_figures(tmp_path, monkeypatch):
+def test_report_section_says_the_quick_run_cannot_decide_and_puts_primaries_first(tmp_path, monkeypatch):
+    from ftlab.experiments.deep_claims.claims import PRIMARIES
     from ftlab.report import ReportContext
     from ftlab.report.deep import run
 
     monkeypatch.setattr(V, "QUICK", (dataclasses.replace(TINY_V[0], archs=("nf_resnet18",)),
-                                     dataclasses.replace(TINY_V[1], tasks=("mnist",))))
+                                     dataclasses.replace(TINY_V[1], tasks=("mnist", "heldout"))))
     monkeypatch.setattr(M, "QUICK", TINY_M)
-    md = run(ReportContext(out_dir=tmp_path, workers=1, figures=("fig_claim1_kappa",)))
+    md = run(ReportContext(out_dir=tmp_path, workers=1, figures=("fig_primaries",)))
     table = pd.read_csv(tmp_path / "deep" / "claims.csv")
-    assert set(table.verdict) <= {"reproduced", "reversed", "no effect", "inconclusive"}
-    assert "indicative only" in md and "](deep/fig_claim1_kappa.png)" in md
-    assert "redone from the same start at the next lower rate" in md
-    assert (tmp_path / "deep" / "fig_claim1_kappa.png").exists()
-    for statement in set(table.paper_statement):
-        assert statement in md
-
-
-def test_report_counts_the_runs_redone_at_a_lower_rate():
-    from ftlab.report.deep import _redone
-
-    pt = pd.DataFrame({"pt_retries": [0, 1, 2, float("nan")]})
-    ft = pd.DataFrame({"ft_retries": [0, 0, 1]})
-    old = pd.DataFrame({"acc": [0.5]})  # a table from before retries were recorded
-    assert _redone(pt, ft, old) == 3 and _redone(old) == 0
+    assert md.startswith("> **Quick run: it cannot decide.**") and "minimum of 6 seeds" in md.split("\n")[0]
+    assert set(table.verdict) == {"inconclusive"}
+    for p in PRIMARIES:
+        assert p.statistic in md
+    first = {lvl: md.index(key) for lvl, key in (("primary", "**Primary tests**"), ("secondary", "**Secondary rows**"),
+                                                 ("ftlab", "**ftlab's own findings**"))}
+    assert first["primary"] < first["secondary"] < first["ftlab"]
+    assert "](deep/fig_primaries.png)" in md and (tmp_path / "deep" / "fig_primaries.png").exists()
+    assert "rate (PT / FT), every arm" in md

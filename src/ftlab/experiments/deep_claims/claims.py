@@ -1,4 +1,5 @@
-"""The paper's five deep-network claims as paired effects, judged with :mod:`ftlab.experiments.verdicts`.
+"""The paper's five deep-network claims: one primary test each, declared here before any run, then
+secondary rows and ftlab's own findings, all judged with :mod:`ftlab.experiments.verdicts`.
 
 Claims of Anguita et al. (2026, arXiv 2602.20062) as this project states them:
 
@@ -11,27 +12,18 @@ Claims of Anguita et al. (2026, arXiv 2602.20062) as this project states them:
 5. in Transformers on modular arithmetic, lower balancedness (the analogue of a negative relative
    scale) improves generalization, particularly on tasks involving new prime factors.
 
-Every effect is signed so that **positive = the paper's direction** and computed per seed from
-paired runs (same seed, task and n_FT; only the knob differs), then judged over seeds:
+**Primaries** (:data:`PRIMARIES`, printed by the report): one test per claim, Holm over the five.
+Every effect is signed so that positive = the paper's direction and paired per seed (same seed,
+task and n_FT; only the knob differs). A primary pools its strata with equal weights per seed (a
+stratified paired test, :func:`ftlab.experiments.verdicts.pool_strata`); the strata's own effects,
+Cochran's Q and I^2 are reported beside it. Claim 4 is an intersection-union test: among the
+interventions that improved accuracy, compression must be significantly positive *and* alignment
+no more than :data:`ALIGN_BOUND` below the baseline's.
 
-* claim 1 -- ``acc(kappa) - acc(kappa = 1)``, mean over n_FT and the values kappa < 1, per
-  architecture, task and when (at PT initialization / rebalance after PT);
-* claim 2 -- ``acc(s = 1) - acc(s)``, mean over n_FT and s < 1;
-* claim 3 -- ``acc(gamma) - acc(gamma_default)``, mean over gamma < gamma_default and the
-  intermediate n_FT (every grid value but the smallest and the largest);
-* claim 4 -- per seed, the Pearson correlation across arms (every arm fine-tuned at the geometry
-  n_FT, the baseline included) between the accuracy change and the change of the centred PR of the
-  pooled features (sign flipped: compression with gain is positive), and between the accuracy
-  change and the change of their centred ENSD with the unintervened pretrained network; judged on
-  Fisher's z = atanh(r) over seeds, reported back as r;
-* claim 5 -- ``acc(b) - acc(b = 0)``, mean over b < 0 and the moduli of a kind (new / reuse), per
-  when; and "particularly on new prime factors" as the difference new - reuse of that effect.
-
-Verdicts (:func:`ftlab.experiments.verdicts.judge_family`): Holm's correction across the whole
-family of the paper's claims (both architectures, all tasks); margins of practical irrelevance 0.01
-(one accuracy point) and 0.1 (a correlation). Claims the paper does not make (increasing s or
-kappa degrades; ``claim = "own"``) are returned separately by :func:`vision_effects` and judged as
-their own family, never with the paper's.
+**Secondary rows** (one per architecture, task and when; their own Holm family) and **ftlab's
+own findings** (the opposite knob directions, which the paper does not claim; a third family) have
+the same rule. A row or primary whose runs missed the training-loss target in more than
+:data:`ftlab.experiments.verdicts.PREMISE_TOLERANCE` of cases is "outside the premise".
 """
 
 from __future__ import annotations
@@ -43,16 +35,24 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ftlab.experiments.verdicts import judge_family
+from ftlab.experiments.verdicts import (
+    MIN_SEEDS,
+    Evidence,
+    judge_claims,
+    minimal_detectable_effect,
+    pool_strata,
+    power,
+)
 
-__all__ = ["COLUMNS", "PAPER", "Row", "ACC_MARGIN", "CORR_MARGIN", "GEOMETRY_LAYER", "claims_table", "modular_effects",
-           "paired", "vision_effects"]
+__all__ = ["ACC_MARGIN", "ALIGN_BOUND", "COLUMNS", "GEOMETRY_LAYER", "PAPER", "PR_MARGIN", "PRIMARIES", "Primary",
+           "Row", "claims_table", "modular_rows", "paired", "primaries_table", "vision_rows"]
 
-ACC_MARGIN = 0.01
-CORR_MARGIN = 0.1
+ACC_MARGIN = 0.01  # one accuracy point: margin of practical irrelevance
+PR_MARGIN = 0.05  # a 5% change of the participation ratio (log units)
+ALIGN_BOUND = -0.05  # claim 4: CKA with the unintervened PT network at most 0.05 below the baseline's
+ACC_SE_FLOOR = 0.001  # a tenth of an accuracy point: the floor of a stratum's standard error in Q
+POWER_EFFECT = 0.02  # the effect (2 accuracy points) the seeds are chosen to detect with 80% power
 GEOMETRY_LAYER = "pool"
-COLUMNS = ["claim", "paper_statement", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm", "seeds",
-           "verdict", "pt_train_loss", "ft_train_loss"]
 PAPER = {
     1: "decreasing the relative scale of the early layers (lambda_PT < 0) improves fine-tuning generalization",
     2: "decreasing the absolute scale c_PT degrades fine-tuning generalization",
@@ -62,12 +62,69 @@ PAPER = {
     5: "lower balancedness improves Transformer generalization on modular arithmetic, particularly on tasks with new "
        "prime factors",
 }
+COLUMNS = ["level", "claim", "paper_statement", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm",
+           "seeds", "verdict", "fam_low", "fam_high", "p", "q", "i2", "p_q", "strata", "premise_missed", "runs",
+           "pt_train_loss", "ft_train_loss", "power_2pt", "mde", "margin", "unit", "definition"]
+
+
+@dataclass(frozen=True)
+class Primary:
+    """One claim's pre-registered primary test.
+
+    statistic : what is computed per seed; pools : the strata and their weights; direction : what a
+    positive effect means; margin : the "no effect" margin (``unit``); requires : claim 4's second
+    part; pilot_sd : the per-seed standard deviation of the pooled statistic in the pilot (recorded,
+    ``nan`` before it); seeds : the evaluation seeds chosen from it (80% power for
+    :data:`POWER_EFFECT` at level 0.05/5, at least :data:`ftlab.experiments.verdicts.MIN_SEEDS`)."""
+
+    claim: int
+    statistic: str
+    pools: str
+    direction: str
+    margin: float
+    unit: str
+    pilot_sd: float = math.nan
+    requires: str = ""
+
+    def seeds_needed(self) -> int | None:
+        """Seeds for 80% power at :data:`POWER_EFFECT` (Holm over 5, Bonferroni bound); None for claim 4
+        (no accuracy effect to detect) or without a pilot."""
+        from ftlab.experiments.verdicts import seeds_for_power
+
+        if self.unit != "accuracy" or not math.isfinite(self.pilot_sd):
+            return None
+        return seeds_for_power(POWER_EFFECT, self.pilot_sd, m=len(PAPER), min_n=MIN_SEEDS)
+
+
+PRIMARIES: tuple[Primary, ...] = (
+    Primary(1, "acc(kappa = 0.25 at PT initialization) - acc(kappa = 1), mean over n_FT",
+            "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights", "positive = kappa < 1 helps",
+            ACC_MARGIN, "accuracy"),
+    Primary(2, "acc(s = 1) - acc(s = 0.25 at PT initialization), mean over n_FT",
+            "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights", "positive = s < 1 hurts",
+            ACC_MARGIN, "accuracy"),
+    Primary(3, "acc(gamma < 1) - acc(gamma = 1) for the fresh readout, mean over gamma < 1 and n_FT in {30, 100}",
+            "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights", "positive = gamma < 1 helps",
+            ACC_MARGIN, "accuracy"),
+    Primary(4, "among the interventions that improved accuracy (selected on the other seeds), the compression "
+               "-(log PR - log PR of the baseline) of the centred pooled features after fine-tuning, n_FT = 100",
+            "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights",
+            "positive = successful interventions compress", PR_MARGIN, "log PR",
+            requires=f"and their linear CKA with the unintervened PT network minus the baseline's above "
+                     f"{ALIGN_BOUND:g} (intersection-union test)"),
+    Primary(5, "acc(b < 0) - acc(b = 0), b set at the start of fine-tuning (after the fresh readout), mean over "
+               "b in {-0.9, -0.5}",
+            "6 strata: the moduli 3, 5, 10 (factor reuse) and 7, 11, 14 (new prime factors), equal weights",
+            "positive = lower balancedness helps", ACC_MARGIN, "accuracy"),
+)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One effect to judge: its CSV fields, per-seed values, margin, and whether it is a correlation."""
+    """One judged effect: its level (``primary``, ``secondary``, ``ftlab``), labels, evidence, the largest
+    training losses behind it, and how many of its runs there were."""
 
+    level: str
     claim: int | str
     statement: str
     arch: str
@@ -75,10 +132,11 @@ class Row:
     knob: str
     when: str
     definition: str
-    values: pd.Series  # per seed
+    evidence: Evidence
+    unit: str
     pt_loss: float
     ft_loss: float
-    correlation: bool = False
+    runs: int
 
 
 def paired(ft: pd.DataFrame, base: Callable[[pd.DataFrame], pd.Series], keys: list[str],
@@ -93,143 +151,281 @@ def paired(ft: pd.DataFrame, base: Callable[[pd.DataFrame], pd.Series], keys: li
     return out
 
 
+# ------------------------------------------------------------------------- runs behind a row
 def _max(values) -> float:
     v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
     return float(np.nanmax(v)) if v.size and np.isfinite(v).any() else math.nan
 
 
-def _pt_loss(pt: pd.DataFrame | None, arch: str, knobs: set[tuple[str, float]]) -> float:
-    if pt is None or pt.empty:
-        return math.nan
-    mine = np.array([(k, float(v)) in knobs for k, v in zip(pt.knob, pt.value)], dtype=bool)
-    sel = pt[(pt.arch == arch).to_numpy() & mine]
-    return _max(sel.pt_loss)
+@dataclass(frozen=True)
+class _Runs:
+    """The fine-tuning runs behind a selection (the arm's and the reference arm's): how many, how many are
+    outside the premise (their fine-tuning or the pretraining they start from missed the loss target),
+    and the largest training losses reached."""
+
+    n: int
+    missed: int
+    pt_loss: float
+    ft_loss: float
 
 
-def _row(claim: int | str, knob: str, when: str, sel: pd.DataFrame, base: pd.DataFrame, sign: float, definition: str,
-         arch: str, task: str, pt: pd.DataFrame | None, statement: str | None = None) -> Row:
-    vals = sign * sel.groupby("seed")["diff"].mean()
-    pts = {("none", 1.0)} | {(k, float(v)) for k, w, v in zip(sel.knob, sel.when, sel.value) if w == "init"}
-    ft_loss = _max(pd.concat([sel.ft_loss, base[base.n_ft.isin(sel.n_ft)].ft_loss]))
-    return Row(claim, statement or PAPER[int(claim)], arch, task, knob, when, definition, vals,
-               _pt_loss(pt, arch, pts), ft_loss)
+def _premise(ft: pd.DataFrame, pt: pd.DataFrame | None, pt_keys: list[str],
+             pt_arm: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame:
+    """``ft`` with ``in_premise`` (its fine-tuning and its pretraining reached the loss target) and
+    ``pt_loss_behind`` (the reached loss of its pretraining). ``pt_arm(ft)`` gives, per FT row, the
+    values of ``pt_keys`` identifying its pretraining run."""
+    conv = ft["ft_converged"] if "ft_converged" in ft.columns else pd.Series(True, index=ft.index)
+    ok = conv.fillna(False).astype(bool).to_numpy()
+    loss = np.full(len(ft), np.nan)
+    if pt is not None and not pt.empty:
+        want = pt_arm(ft)
+        p = pt.assign(_ok=pt.pt_converged.fillna(False).astype(bool))
+        p = p.drop_duplicates(pt_keys).set_index(pt_keys)
+        idx = pd.MultiIndex.from_frame(want[pt_keys])
+        pt_ok = p["_ok"].reindex(idx).fillna(False).to_numpy(dtype=bool)
+        ok = ok & pt_ok
+        loss = p["pt_loss"].reindex(idx).to_numpy(dtype=float)
+    return ft.assign(in_premise=ok, pt_loss_behind=loss)
 
 
-def vision_effects(ft: pd.DataFrame, pt: pd.DataFrame | None = None, *, gamma_default: float = 1.0,
-                   geometry_at: int | None = None) -> tuple[list[Row], list[Row]]:
-    """Claims 1-4 (``paper``) and ftlab's own findings (``own``) from a vision fine-tuning table
-    (columns arch, seed, task, n_ft, knob, when, value, acc, ft_loss and ``pr_post_c:pool`` /
-    ``ensd_c:pool`` at ``geometry_at``)."""
+def _vision_premise(ft: pd.DataFrame, pt: pd.DataFrame | None) -> pd.DataFrame:
+    def arm(f: pd.DataFrame) -> pd.DataFrame:
+        init = (f.when == "init").to_numpy()
+        return pd.DataFrame({"arch": f.arch.to_numpy(), "seed": f.seed.to_numpy(),
+                             "knob": np.where(init, f.knob, "none"), "value": np.where(init, f.value, 1.0)})
+    return _premise(ft, pt, ["arch", "seed", "knob", "value"], arm)
+
+
+def _modular_premise(ft: pd.DataFrame, pt: pd.DataFrame | None) -> pd.DataFrame:
+    def arm(f: pd.DataFrame) -> pd.DataFrame:
+        key = [f"{float(b):g}" if w == "init" else "none" for w, b in zip(f.when, f.b)]
+        return pd.DataFrame({"seed": f.seed.to_numpy(), "b_key": key})
+    if pt is not None and not pt.empty:
+        b = pd.to_numeric(pt.b_init, errors="coerce")
+        pt = pt.assign(b_key=["none" if not np.isfinite(v) else f"{v:g}" for v in b])
+    return _premise(ft, pt, ["seed", "b_key"], arm)
+
+
+def _runs(sel: pd.DataFrame, d: pd.DataFrame, keys: list[str], base: pd.Series) -> _Runs:
+    idx = pd.MultiIndex.from_frame(sel[keys].drop_duplicates())
+    ref = d[base.to_numpy() & pd.MultiIndex.from_frame(d[keys]).isin(idx)]
+    both = pd.concat([sel, ref])
+    return _Runs(len(both), int((~both.in_premise.astype(bool)).sum()), _max(both.pt_loss_behind), _max(both.ft_loss))
+
+
+def _vision_runs(sel: pd.DataFrame, d: pd.DataFrame) -> _Runs:
+    return _runs(sel, d, ["arch", "seed", "task", "n_ft"], d.knob == "none")
+
+
+def _modular_runs(sel: pd.DataFrame, d: pd.DataFrame) -> _Runs:
+    return _runs(sel, d, ["seed", "p", "when"], d.b == 0.0)
+
+
+def _row(level: str, claim: int | str, statement: str, arch: str, task: str, knob: str, when: str, definition: str,
+         evidence: Evidence, runs: _Runs, unit: str = "accuracy") -> Row:
+    ev = Evidence(evidence.values, evidence.margin, evidence.strata, evidence.strata_names, evidence.se_floor,
+                  runs.missed / runs.n if runs.n else 0.0, evidence.requires)
+    return Row(level, claim, statement, arch, task, knob, when, definition, ev, unit, runs.pt_loss, runs.ft_loss,
+               runs.n)
+
+
+def _strata(sel: pd.DataFrame, by: list[str], sign: float, value: str = "diff") -> tuple[np.ndarray, tuple[str, ...]]:
+    """``(n_seeds, n_strata)`` matrix of per-seed mean ``value`` (times ``sign``) per stratum ``by``."""
+    m = (sign * sel.groupby(["seed", *by])[value].mean()).unstack(by)
+    names = tuple("/".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in m.columns)
+    return m.to_numpy(dtype=float), names
+
+
+def _pooled(sel: pd.DataFrame, by: list[str], sign: float, margin: float = ACC_MARGIN) -> Evidence:
+    mat, names = _strata(sel, by, sign)
+    return Evidence(pool_strata(mat), margin, mat, names, ACC_SE_FLOOR)
+
+
+def _single(sel: pd.DataFrame, sign: float, margin: float = ACC_MARGIN) -> Evidence:
+    return Evidence((sign * sel.groupby("seed")["diff"].mean()).to_numpy(dtype=float), margin)
+
+
+# ------------------------------------------------------------------------------------ vision
+def _mid(ns: list) -> list:
+    return ns[1:-1] if len(ns) >= 3 else ns
+
+
+def vision_rows(ft: pd.DataFrame, pt: pd.DataFrame | None = None, *, gamma_default: float = 1.0,
+                geometry_at: int | None = None) -> list[Row]:
+    """Primaries 1-4, their secondary rows and ftlab's own findings from a vision fine-tuning table
+    (columns arch, seed, task, n_ft, knob, when, value, acc, ft_loss, ft_converged and, at
+    ``geometry_at``, ``pr_post_c:pool`` and ``cka:pool``) and its pretraining table."""
+    ft = _vision_premise(ft, pt)
     d = paired(ft, lambda f: f.knob == "none", ["arch", "seed", "task", "n_ft"])
-    paper: list[Row] = []
-    own: list[Row] = []
-    ns = sorted(ft.n_ft.unique())
-    mid = ns[1:-1] if len(ns) >= 3 else ns
-    for arch in sorted(ft.arch.unique()):
-        for task in sorted(ft.task.unique()):
-            t = d[(d.arch == arch) & (d.task == task)]
-            ctx = dict(base=t[t.knob == "none"], arch=arch, task=task, pt=pt)
-            for when in ("init", "post"):
-                k = t[(t.knob == "kappa") & (t.when == when)]
-                if (k.value < 1).any():
-                    paper.append(_row(1, "kappa", when, k[k.value < 1], sign=1.0,
-                                      definition="acc(kappa<1) - acc(kappa=1), mean over n_FT", **ctx))
-                if (k.value > 1).any():
-                    own.append(_row("own", "kappa", when, k[k.value > 1], sign=-1.0,
-                                    definition="acc(kappa=1) - acc(kappa>1), mean over n_FT",
-                                    statement="increasing the relative scale of the early layers (kappa > 1) degrades "
-                                              "fine-tuning", **ctx))
-            s = t[t.knob == "s"]
-            if (s.value < 1).any():
-                paper.append(_row(2, "s", "init", s[s.value < 1], sign=-1.0,
-                                  definition="acc(s=1) - acc(s<1), mean over n_FT", **ctx))
-            if (s.value > 1).any():
-                own.append(_row("own", "s", "init", s[s.value > 1], sign=-1.0,
-                                definition="acc(s=1) - acc(s>1), mean over n_FT",
-                                statement="increasing the absolute scale (s > 1) degrades fine-tuning", **ctx))
-            g = t[(t.knob == "gamma") & (t.value < gamma_default) & t.n_ft.isin(mid)]
-            if len(g):
-                paper.append(_row(3, "gamma", "ft", g, sign=1.0,
-                                  definition=f"acc(gamma<{gamma_default:g}) - acc(gamma={gamma_default:g}), mean over "
-                                             f"n_FT in {[int(n) for n in mid]}", **ctx))
-            paper += _signature(ft[(ft.arch == arch) & (ft.task == task)], arch, task, geometry_at, pt)
-    return paper, own
+    mid = _mid(sorted(ft.n_ft.unique()))
+    k1 = d[(d.knob == "kappa") & (d.when == "init") & (d.value < 1)]
+    s2 = d[(d.knob == "s") & (d.value < 1)]
+    g3 = d[(d.knob == "gamma") & (d.value < gamma_default) & d.n_ft.isin(mid)]
+    rows = []
+    for claim, sel, sign, knob, when in ((1, k1, 1.0, "kappa", "init"), (2, s2, -1.0, "s", "init"),
+                                         (3, g3, 1.0, "gamma", "ft")):
+        if len(sel):
+            rows.append(_row("primary", claim, PAPER[claim], "both vision", "all", knob, when,
+                             PRIMARIES[claim - 1].statistic, _pooled(sel, ["arch", "task"], sign),
+                             _vision_runs(sel, d)))
+    rows += _signature_rows(ft, d, geometry_at)
+    rows += _vision_secondary(d, gamma_default, mid)
+    return rows
 
 
-def _signature(ft: pd.DataFrame, arch: str, task: str, geometry_at: int | None, pt) -> list[Row]:
-    L = GEOMETRY_LAYER
-    cols = {"PR": f"pr_post_c:{L}", "ENSD": f"ensd_c:{L}"}
-    if any(c not in ft.columns for c in cols.values()):
-        return []
-    g = ft[ft[cols["PR"]].notna()]
-    if geometry_at is not None:
-        g = g[g.n_ft == geometry_at]
-    if g.empty:
-        return []
-    out = []
-    for measure, col, sign in (("PR", cols["PR"], -1.0), ("ENSD", cols["ENSD"], 1.0)):
-        per: dict[int, float] = {}
-        for seed, s in g.groupby("seed"):
-            base = s[s.knob == "none"]
-            if len(base) != 1 or len(s) < 4:
-                continue
-            dacc = s.acc.to_numpy() - float(base.acc.iloc[0])
-            dm = sign * (s[col].to_numpy(dtype=float) - float(base[col].iloc[0]))
-            ok = np.isfinite(dacc) & np.isfinite(dm)
-            if ok.sum() >= 4 and np.std(dacc[ok]) > 0 and np.std(dm[ok]) > 0:
-                r = float(np.corrcoef(dacc[ok], dm[ok])[0, 1])
-                per[int(seed)] = math.atanh(float(np.clip(r, -0.999999, 0.999999)))
-        if not per:
-            continue
-        what = ("minus the change of centred PR" if measure == "PR" else
-                "the change of centred ENSD with the unintervened PT network")
-        out.append(Row(4, PAPER[4], arch, task, f"all arms ({measure})", "-",
-                       f"corr across arms (n_FT={int(g.n_ft.iloc[0])}) of the accuracy change and {what} at layer "
-                       f"'{L}'; Fisher z over seeds", pd.Series(per),
-                       _pt_loss(pt, arch, {(k, float(v)) for k, w, v in zip(g.knob, g.when, g.value) if w == "init"}
-                                | {("none", 1.0)}), _max(g.ft_loss), correlation=True))
+def _vision_secondary(d: pd.DataFrame, gamma_default: float, mid: list) -> list[Row]:
+    out: list[Row] = []
+    own_k = "increasing the relative scale of the early layers (kappa > 1) degrades fine-tuning"
+    own_s = "increasing the absolute scale (s > 1) degrades fine-tuning"
+    for (arch, task), t in d.groupby(["arch", "task"]):
+        specs: list[tuple[str, int | str, str, pd.DataFrame, float, str, str, str]] = []
+        for when in ("init", "post"):
+            k = t[(t.knob == "kappa") & (t.when == when)]
+            specs += [("secondary", 1, PAPER[1], k[k.value < 1], 1.0, "kappa", when,
+                       "acc(kappa<1) - acc(kappa=1), mean over n_FT"),
+                      ("ftlab", "own", own_k, k[k.value > 1], -1.0, "kappa", when,
+                       "acc(kappa=1) - acc(kappa>1), mean over n_FT")]
+        s = t[t.knob == "s"]
+        specs += [("secondary", 2, PAPER[2], s[s.value < 1], -1.0, "s", "init", "acc(s=1) - acc(s<1), mean over n_FT"),
+                  ("ftlab", "own", own_s, s[s.value > 1], -1.0, "s", "init", "acc(s=1) - acc(s>1), mean over n_FT")]
+        g = t[(t.knob == "gamma") & (t.value < gamma_default) & t.n_ft.isin(mid)]
+        specs.append(("secondary", 3, PAPER[3], g, 1.0, "gamma", "ft",
+                      f"acc(gamma<{gamma_default:g}) - acc(gamma={gamma_default:g}), mean over n_FT in "
+                      f"{[int(n) for n in mid]}"))
+        for level, claim, statement, sel, sign, knob, when, definition in specs:
+            if len(sel):
+                out.append(_row(level, claim, statement, str(arch), str(task), knob, when, definition,
+                                _single(sel, sign), _vision_runs(sel, d)))
     return out
 
 
-def modular_effects(ft: pd.DataFrame, pt: pd.DataFrame | None = None) -> list[Row]:
-    """Claim 5 from a modular fine-tuning table (columns seed, p, kind, when, b, acc, ft_loss)."""
+def _signature_cells(ft: pd.DataFrame, geometry_at: int | None) -> pd.DataFrame:
+    """Per (arch, task, arm, seed) at the geometry n_FT: accuracy gain, compression -(log PR - log PR of
+    the baseline) and alignment (CKA - CKA of the baseline, both with the unintervened PT network)."""
+    L = GEOMETRY_LAYER
+    pr, cka = f"pr_post_c:{L}", f"cka:{L}"
+    if pr not in ft.columns or cka not in ft.columns:
+        return pd.DataFrame()
+    g = ft[ft[pr].notna() & ft[cka].notna()]
+    if geometry_at is not None:
+        g = g[g.n_ft == geometry_at]
+    if g.empty:
+        return pd.DataFrame()
+    g = g.assign(log_pr=np.log(g[pr].astype(float)), cka_=g[cka].astype(float))
+    keys = ["arch", "seed", "task", "n_ft"]
+    d = paired(g, lambda f: f.knob == "none", keys)
+    d["comp"] = -paired(g, lambda f: f.knob == "none", keys, "log_pr")["diff"]
+    d["align"] = paired(g, lambda f: f.knob == "none", keys, "cka_")["diff"]
+    return d[d.knob != "none"]
+
+
+def _successful(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells whose intervention improved accuracy, judged for each seed on the *other* seeds (mean
+    accuracy gain > 0): the selection does not use the seed it is applied to."""
+    arm = ["arch", "task", "knob", "when", "value"]
+    tot = cells.groupby(arm)["diff"].agg(["sum", "count"])
+    j = cells.join(tot, on=arm)
+    loo = (j["sum"] - j["diff"]) / (j["count"] - 1).where(j["count"] > 1)
+    return cells[(loo > 0).to_numpy()]
+
+
+def _signature_rows(ft: pd.DataFrame, d: pd.DataFrame, geometry_at: int | None) -> list[Row]:
+    cells = _signature_cells(ft, geometry_at)
+    if cells.empty:
+        return []
+    ok = _successful(cells)
+    if ok.empty:
+        return []
+    out = []
+    comp, names = _strata(ok, ["arch", "task"], 1.0, "comp")
+    align, _ = _strata(ok, ["arch", "task"], 1.0, "align")
+    ev = Evidence(pool_strata(comp), PR_MARGIN, comp, names, 0.0, requires=(pool_strata(align), ALIGN_BOUND))
+    out.append(_row("primary", 4, PAPER[4], "both vision", "all", "successful arms", "-", PRIMARIES[3].statistic, ev,
+                    _vision_runs(ok, d), unit="log PR"))
+    for (arch, task), t in ok.groupby(["arch", "task"]):
+        c = t.groupby("seed")["comp"].mean()
+        a = t.groupby("seed")["align"].mean().reindex(c.index)
+        ev = Evidence(c.to_numpy(dtype=float), PR_MARGIN, requires=(a.to_numpy(dtype=float), ALIGN_BOUND))
+        out.append(_row("secondary", 4, PAPER[4], str(arch), str(task), "successful arms", "-",
+                        "compression of the successful interventions (log PR), with CKA alignment above "
+                        f"{ALIGN_BOUND:g}", ev, _vision_runs(t, d), unit="log PR"))
+    return out
+
+
+# ----------------------------------------------------------------------------------- modular
+def modular_rows(ft: pd.DataFrame, pt: pd.DataFrame | None = None) -> list[Row]:
+    """Primary 5, its secondary rows (per when and task kind; new minus reuse) and ftlab's own finding
+    (b > 0 degrades) from a modular fine-tuning table (columns seed, p, kind, when, b, acc, ft_loss,
+    ft_converged) and its pretraining table."""
+    d = paired(_modular_premise(ft, pt), lambda f: f.b == 0.0, ["seed", "p", "when"])
     out: list[Row] = []
-    d = paired(ft, lambda f: f.b == 0.0, ["seed", "p", "when"])
+    post = d[(d.when == "post") & (d.b < 0)]
+    if len(post):
+        out.append(_row("primary", 5, PAPER[5], "transformer", "all moduli", "b", "post", PRIMARIES[4].statistic,
+                        _pooled(post, ["p"], 1.0), _modular_runs(post, d)))
     for when in sorted(d.when.unique()):
         t = d[(d.when == when) & (d.b < 0)]
-        if t.empty:
-            continue
-        per = {k: t[t.kind == k].groupby("seed")["diff"].mean() for k in ("new", "reuse")}
-        ptl = math.nan
-        if pt is not None and not pt.empty:
-            sel = pt if when == "init" else pt[pt.b_init.isna()]
-            ptl = _max(sel.pt_loss)
-        ftl = _max(d[d.when == when].ft_loss)
-        for kind in ("new", "reuse"):
-            if len(per[kind]):
-                out.append(Row(5, PAPER[5], "transformer", f"{kind} primes" if kind == "new" else "factor reuse", "b",
-                               when, f"acc(b<0) - acc(b=0), mean over b<0 and the {kind} moduli", per[kind], ptl, ftl))
-        if len(per["new"]) and len(per["reuse"]):
-            out.append(Row(5, PAPER[5], "transformer", "new minus reuse", "b", when,
-                           "(acc(b<0) - acc(b=0))[new] - (same)[reuse], per seed", (per["new"] - per["reuse"]).dropna(),
-                           ptl, ftl))
+        per = {k: t[t.kind == k] for k in ("new", "reuse")}
+        for kind, sel in per.items():
+            if len(sel):
+                out.append(_row("secondary", 5, PAPER[5], "transformer",
+                                "new primes" if kind == "new" else "factor reuse", "b", when,
+                                f"acc(b<0) - acc(b=0), mean over b<0 and the {kind} moduli", _single(sel, 1.0),
+                                _modular_runs(sel, d)))
+        if all(len(v) for v in per.values()):
+            diff = (per["new"].groupby("seed")["diff"].mean() - per["reuse"].groupby("seed")["diff"].mean()).dropna()
+            out.append(_row("secondary", 5, PAPER[5], "transformer", "new minus reuse", "b", when,
+                            "(acc(b<0) - acc(b=0))[new] - (same)[reuse], per seed",
+                            Evidence(diff.to_numpy(dtype=float), ACC_MARGIN), _modular_runs(t, d)))
+        up = d[(d.when == when) & (d.b > 0)]
+        if len(up):
+            out.append(_row("ftlab", "own", "higher balancedness (b > 0) degrades Transformer fine-tuning", "transformer",
+                            "all moduli", "b", when, "acc(b=0) - acc(b>0), mean over b>0 and the moduli",
+                            _single(up, -1.0), _modular_runs(up, d)))
+    return out
+
+
+# ---------------------------------------------------------------------------------- judging
+def _judge_level(rows: list[Row]) -> list[dict]:
+    js = judge_claims({str(i): r.evidence for i, r in enumerate(rows)})
+    out = []
+    for r, j in zip(rows, js):
+        sd = float(np.std(np.asarray(r.evidence.values, dtype=float), ddof=1)) if j.n >= 2 else math.nan
+        m = len(rows)
+        het = j.het
+        scale = 100.0 if r.unit == "accuracy" else 1.0
+        strata = "; ".join(f"{name} {scale * mean:+.{1 if scale == 100 else 3}f}" for name, mean, _, _ in het.strata) \
+            if het else ""
+        out.append({"level": r.level, "claim": r.claim, "paper_statement": r.statement, "arch": r.arch, "task": r.task,
+                    "knob": r.knob, "when": r.when, "effect": j.effect, "ci_low": j.ci_low, "ci_high": j.ci_high,
+                    "p_holm": j.p_holm, "seeds": j.n, "verdict": j.verdict, "fam_low": j.fam_low,
+                    "fam_high": j.fam_high, "p": j.p, "q": het.q if het else math.nan,
+                    "i2": het.i2 if het else math.nan, "p_q": het.p if het else math.nan, "strata": strata,
+                    "premise_missed": j.premise_missed, "runs": r.runs, "pt_train_loss": r.pt_loss,
+                    "ft_train_loss": r.ft_loss,
+                    "power_2pt": power(POWER_EFFECT, sd, j.n, m=m) if r.unit == "accuracy" else math.nan,
+                    "mde": minimal_detectable_effect(sd, j.n, m=m), "margin": j.margin, "unit": r.unit,
+                    "definition": r.definition})
     return out
 
 
 def claims_table(rows: list[Row]) -> pd.DataFrame:
-    """Judge ``rows`` as one family (Holm) and return them with :data:`COLUMNS` plus ``definition``
-    and ``margin``; correlation rows report r = tanh of the Fisher-z mean and interval."""
-    if not rows:
-        return pd.DataFrame(columns=[*COLUMNS, "definition", "margin"])
-    effects = {str(i): r.values.to_numpy(dtype=float) for i, r in enumerate(rows)}
-    margins = {str(i): (math.atanh(CORR_MARGIN) if r.correlation else ACC_MARGIN) for i, r in enumerate(rows)}
-    out = []
-    for r, j in zip(rows, judge_family(effects, margins=margins)):
-        eff, lo, hi = j.effect, j.ci_low, j.ci_high
-        if r.correlation:
-            eff, lo, hi = (math.tanh(v) if math.isfinite(v) else math.nan for v in (eff, lo, hi))
-        out.append({"claim": r.claim, "paper_statement": r.statement, "arch": r.arch, "task": r.task, "knob": r.knob,
-                    "when": r.when, "effect": eff, "ci_low": lo, "ci_high": hi, "p_holm": j.p_holm, "seeds": j.n,
-                    "verdict": j.verdict, "pt_train_loss": r.pt_loss, "ft_train_loss": r.ft_loss,
-                    "definition": r.definition, "margin": CORR_MARGIN if r.correlation else ACC_MARGIN})
-    return pd.DataFrame(out, columns=[*COLUMNS, "definition", "margin"])
+    """Judge ``rows`` level by level (primaries, secondary rows, ftlab's own findings: three Holm families)
+    and return them in that order with :data:`COLUMNS`; ``strata`` lists a pooled row's per-stratum effects
+    (accuracy points, or log PR); ``power_2pt`` is the power for a 2-point effect
+    and ``mde`` the minimal detectable effect (80% power, level 0.05 over the family), both at the row's
+    seeds and its own per-seed standard deviation."""
+    out: list[dict] = []
+    for level in ("primary", "secondary", "ftlab"):
+        mine = [r for r in rows if r.level == level]
+        if mine:
+            out += _judge_level(mine)
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def primaries_table() -> pd.DataFrame:
+    """The declared primary tests (:data:`PRIMARIES`) as a table: claim, statistic, pooling, direction,
+    margin and unit, the pilot's per-seed standard deviation and the seeds it asks for."""
+    return pd.DataFrame([{"claim": p.claim, "statistic": p.statistic + (f", {p.requires}" if p.requires else ""),
+                          "pools": p.pools, "direction": p.direction, "margin": p.margin, "unit": p.unit,
+                          "pilot_sd": p.pilot_sd, "seeds_for_80pct_power": p.seeds_needed()} for p in PRIMARIES])

@@ -1,23 +1,28 @@
-"""Figures of the deep-network claims, made from the saved tables: one per claim, plus accuracy and geometry.
+"""Figures of the deep-network claims, made from the saved tables: the five primaries, one per claim, plus
+accuracy and geometry.
 
-Every effect is the paired per-seed difference used by :mod:`.claims` (positive = better than the
-reference arm), shown as its mean over seeds with a 95% Student-t interval
-(:func:`ftlab.experiments.verdicts.t_interval`); accuracy axes are clipped to [0, 1].
+The primaries' figure shows each primary's pooled effect with the intervals it was judged by (95% and
+family level, exact sign-flip) beside its strata. The other figures show the paired per-seed
+differences used by :mod:`.claims` (positive = better than the reference arm) as their mean over seeds
+with a descriptive 95% Student-t interval (:func:`ftlab.experiments.verdicts.t_interval`); accuracy
+axes are clipped to [0, 1].
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from ftlab.experiments.deep_claims.claims import GEOMETRY_LAYER, paired
+from ftlab.experiments.deep_claims.claims import ALIGN_BOUND, GEOMETRY_LAYER, Row, paired
 from ftlab.experiments.verdicts import t_interval
 
-__all__ = ["FIGURES", "plot_accuracy", "plot_balancedness", "plot_gamma", "plot_geometry", "plot_knob",
-           "plot_signature"]
+__all__ = ["FIGURES", "plot_accuracy", "plot_all", "plot_balancedness", "plot_gamma", "plot_geometry", "plot_knob",
+           "plot_primaries", "plot_signature"]
 
-FIGURES = ("fig_claim1_kappa", "fig_claim2_s", "fig_claim3_gamma", "fig_claim4_signature", "fig_claim5_balancedness",
-           "fig_accuracy", "fig_geometry")
+FIGURES = ("fig_primaries", "fig_claim1_kappa", "fig_claim2_s", "fig_claim3_gamma", "fig_claim4_signature",
+           "fig_claim5_balancedness", "fig_accuracy", "fig_geometry")
 _COLORS = {"resnet18": "C0", "nf_resnet18": "C3"}
 _STYLES = {"init": "-", "post": "--", "ft": "-", "-": "-"}
 
@@ -93,27 +98,63 @@ def plot_gamma(ft: pd.DataFrame, path, *, gamma_default: float = 1.0) -> None:
     save_figure(fig, path)
 
 
-def plot_signature(table: pd.DataFrame, path) -> None:
-    """Claim 4: the per-seed correlation across arms (mean r and 95% interval from the claims table)."""
+def plot_signature(ft: pd.DataFrame, path, *, geometry_at: int | None = None) -> None:
+    """Claim 4: per intervention (architecture, task, arm; n_FT = ``geometry_at``), its mean compression
+    -(log PR - log PR of the baseline) against its mean alignment (CKA with the unintervened PT network
+    minus the baseline's), filled when it improved accuracy on average; a panel per architecture."""
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.experiments.deep_claims.claims import _signature_cells
+
+    cells = _signature_cells(ft, geometry_at)
+    if cells.empty:
+        return
+    arm = ["arch", "task", "knob", "when", "value"]
+    m = cells.groupby(arm)[["diff", "comp", "align"]].mean().reset_index()
+    archs = sorted(m.arch.unique())
+    fig, axes = new_figure(1, len(archs), size=(5.2 * len(archs), 4.0), squeeze=False)
+    markers = {t: mk for t, mk in zip(sorted(m.task.unique()), "osD^v")}
+    for ax, arch in zip(axes[0], archs):
+        for r in m[m.arch == arch].itertuples():
+            ok = r.diff > 0
+            ax.scatter(r.align, r.comp, marker=markers[r.task], s=36, edgecolor="k",
+                       facecolor="C2" if ok else "none", label=f"{r.task}, {'gain' if ok else 'no gain'}")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.axvline(ALIGN_BOUND, color="C3", lw=0.8, ls=":")
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=6)
+        ax.set_xlabel("alignment: CKA with the PT network - baseline's")
+        ax.set_ylabel("compression: -(log PR - baseline's)")
+        ax.set_title(f"{arch}, layer '{GEOMETRY_LAYER}' (filled: mean accuracy gain > 0)", fontsize=8)
+    save_figure(fig, path)
+
+
+def plot_primaries(rows: list[Row], table: pd.DataFrame, path) -> None:
+    """The five primaries: per primary, each stratum's mean effect (descriptive 95% t interval) and the
+    pooled effect with its judged 95% interval (thick) and family-level interval (thin), verdict in the
+    label; accuracy primaries in points, claim 4 in log PR."""
     from ftlab.core.plotting import new_figure, save_figure
 
-    t = table[table.claim.astype(str) == "4"]
-    if t.empty:
+    prim = [r for r in rows if r.level == "primary"]
+    t = table[table.level == "primary"].reset_index(drop=True)
+    if not prim:
         return
-    fig, axes = new_figure(1, 2, size=(10, 3.6), squeeze=False)
-    for ax, measure in zip(axes[0], ("PR", "ENSD")):
-        s = t[t.knob == f"all arms ({measure})"].reset_index(drop=True)
-        labels = [f"{a}\n{k}" for a, k in zip(s.arch, s.task)]
-        x = np.arange(len(s))
-        yerr = np.vstack([np.nan_to_num(s.effect - s.ci_low), np.nan_to_num(s.ci_high - s.effect)])
-        ax.errorbar(x, s.effect, yerr=yerr, fmt="o", capsize=3, color="k")
+    fig, axes = new_figure(1, len(prim), size=(3.3 * len(prim), 4.2), squeeze=False)
+    for ax, r, j in zip(axes[0], prim, t.itertuples()):
+        scale = 100.0 if r.unit == "accuracy" else 1.0
+        names = list(r.evidence.strata_names)
+        mat = np.asarray(r.evidence.strata, dtype=float) if r.evidence.strata is not None else np.empty((0, 0))
+        for i in range(len(names)):
+            _errorbar(ax, [i], [scale * mat[:, i]], color="0.5")
+        y = len(names) + 0.5
+        for lo, hi, kw in ((j.fam_low, j.fam_high, dict(fmt="none", lw=0.8, capsize=3)),
+                           (j.ci_low, j.ci_high, dict(fmt="s", lw=2.5, ms=6))):
+            err = np.nan_to_num(scale * np.array([[j.effect - lo], [hi - j.effect]]), nan=0.0, posinf=0.0)
+            ax.errorbar([y], [scale * j.effect], yerr=err, color="k", **kw)  # unbounded intervals are not drawn
         ax.axhline(0, color="k", lw=0.6)
-        ax.set_xticks(x, labels, fontsize=6)
-        ax.set_ylim(-1, 1)
-        ax.set_ylabel("correlation r across arms")
-        ax.set_title(("accuracy gain vs compression (-change of centred PR)" if measure == "PR" else
-                      "accuracy gain vs change of centred ENSD with the PT network") + f", layer '{GEOMETRY_LAYER}'",
-                     fontsize=8)
+        ax.set_xticks([*range(len(names)), y], [*names, "pooled"], rotation=60, fontsize=6)
+        ax.set_ylabel("effect (accuracy points)" if r.unit == "accuracy" else "effect (log PR)")
+        ax.set_title(f"claim {r.claim}: {j.verdict}\np(Holm)={j.p_holm:.2g}, n={j.seeds}", fontsize=8)
     save_figure(fig, path)
 
 
@@ -193,3 +234,28 @@ def plot_geometry(ft: pd.DataFrame, path, stages: tuple[str, ...]) -> None:
         axes[i, 2].set_ylim(0, 1)
         axes[i, 2].legend(fontsize=5, ncol=2)
     save_figure(fig, path)
+
+
+def plot_all(out: Path, claims: pd.DataFrame, rows: list[Row], vision: dict | None, modular: dict | None, *,
+             gamma_default: float = 1.0, geometry_at: int | None = None, stages: tuple[str, ...] = (),
+             figures: tuple[str, ...] | None = None) -> None:
+    """Every figure of :data:`FIGURES` the tables allow (``figures``: a subset, ``None`` = all), as
+    ``out/<name>.png``."""
+    def want(name: str) -> bool:
+        return figures is None or name in figures
+
+    if want("fig_primaries"):
+        plot_primaries(rows, claims, out / "fig_primaries.png")
+    if vision is not None:
+        ft = vision["ft"]
+        jobs = {"fig_claim1_kappa": lambda p: plot_knob(ft, "kappa", p), "fig_claim2_s": lambda p: plot_knob(ft, "s", p),
+                "fig_claim3_gamma": lambda p: plot_gamma(ft, p, gamma_default=gamma_default),
+                "fig_claim4_signature": lambda p: plot_signature(ft, p, geometry_at=geometry_at),
+                "fig_accuracy": lambda p: plot_accuracy(ft, p)}
+        if stages:
+            jobs["fig_geometry"] = lambda p: plot_geometry(ft, p, stages)
+        for name, job in jobs.items():
+            if want(name):
+                job(out / f"{name}.png")
+    if modular is not None and want("fig_claim5_balancedness"):
+        plot_balancedness(modular["ft"], out / "fig_claim5_balancedness.png")

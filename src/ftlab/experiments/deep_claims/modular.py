@@ -12,17 +12,21 @@ of :class:`ModularProtocol` / :class:`ModularGrid`, documented in docs/deep.md):
    embeddings vs readout, :func:`ftlab.deep.balancedness`) is set by
    :func:`ftlab.deep.set_balancedness_`, a function-preserving rescale of the residual stream
    (positional embeddings scale with the token embedding), either on the freshly initialized
-   network before pretraining (``when="init"``) or on the pretrained network before fine-tuning
-   (``when="post"``, starting from a network pretrained without any rescale).
+   network before pretraining (``when="init"``) or at the start of fine-tuning (``when="post"``,
+   on the network pretrained without any rescale, *after* its readout was re-initialized, so the
+   network that starts fine-tuning has balancedness exactly ``b``: measured as ``b_ft_start`` and
+   asserted, a ``RuntimeError`` otherwise).
 3. **Fine-tune** all parameters on ``(a + b) mod p`` for a random ``ft_frac`` of the pairs, after
    re-initializing the readout with ``p`` outputs at a scale ``gamma`` that is the same for every
    balancedness arm (same draw); *reuse* tasks take ``p`` dividing N (their answer is a function
    of the pretrained answer), *new* tasks take ``p`` with a prime factor not dividing N. Test
    accuracy on all other pairs.
-4. Learning rates: per pretraining arm and per fine-tuning arm, chosen from ``lrs`` on a tuning
-   seed (the rate reaching the loss target in the fewest steps, else the lowest final loss). An
-   evaluation run that diverges is redone from the same start at the next lower rate of ``lrs``
-   (``pt_lr_used`` / ``ft_lr_used`` and ``*_retries`` record it).
+4. Learning rates: one rate per stage for every arm, chosen from ``lrs`` on the reference arm (no
+   rescale for pretraining, ``b = 0`` at the start of fine-tuning) on a tuning seed: the rate
+   reaching the loss target in the fewest steps, else the lowest final loss; ``lr_per_arm=True``
+   tunes every arm separately (a sensitivity analysis). An evaluation run that diverges is redone
+   from the same start at the next lower rate of ``lrs`` (``pt_lr_used`` / ``ft_lr_used`` and
+   ``*_retries`` record it).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class ModularProtocol:
     gamma: float = 1.0
     tune_seed: int = 1000
     tune_p: int = 7
+    lr_per_arm: bool = False
 
     def __post_init__(self):
         check_int("modulus", self.modulus, minimum=4)
@@ -183,7 +188,8 @@ def pretrain_point(*, seed: int, b_init: float | None, lr: float, protocol: dict
 
 
 def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protocol: dict, cache: str) -> dict:
-    """Fine-tune on (a + b) mod p from the pretrained network of the arm (see the module docs)."""
+    """Fine-tune on (a + b) mod p from the pretrained network of the arm (see the module docs);
+    ``b_ft_start`` is the balancedness of the network that starts fine-tuning."""
     from safetensors.torch import load_file
 
     torch.set_num_threads(1)
@@ -199,10 +205,12 @@ def finetune_point(*, seed: int, p: int, when: str, b: float, lr: float, protoco
         model = _model(proto, proto.modulus)
         model.load_state_dict(load_file(str(_ckpt(cache, seed, b if when == "init" else None))))
         b_pt = balancedness(model)
-        if when == "post":
-            set_balancedness_(model, b)
         reinit_readout_(model, gamma=proto.gamma, out_features=p, seed=seed * 1009 + p)
+        if when == "post":  # after the fresh readout, so that fine-tuning starts at balancedness b
+            set_balancedness_(model, b)
         b_start = balancedness(model)
+        if when == "post" and abs(b_start - b) > 1e-6:
+            raise RuntimeError(f"balancedness {b_start:.6f} at the start of fine-tuning, not the intended b={b}")
         res = train_(model, X[tr], y[tr], config=_cfg(proto, rate, proto.ft_steps), seed=seed)
         if math.isfinite(res.residual):
             break
@@ -237,8 +245,11 @@ def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=N
 
     b_inits: list[Any] = ([None] if "post" in grid.whens else []) + (
         [float(b) for b in grid.balancedness] if "init" in grid.whens else [])
+    ref_b: float | None = None if "post" in grid.whens else 0.0  # the reference arm: no rescale, or b = 0 at init
+    ref_ft = ("post" if "post" in grid.whens else "init", 0.0)
+    tune_b = b_inits if proto.lr_per_arm else [ref_b]
     pts = [dict(seed=proto.tune_seed, b_init=b, lr=lr, protocol=pdict, cache=cache, save=False)
-           for b in b_inits for lr in proto.lrs]
+           for b in tune_b for lr in proto.lrs]
 
     def key(b: float | None) -> tuple[str]:
         return ("none" if b is None or b != b else f"{b:g}",)
@@ -251,22 +262,24 @@ def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=N
         pt_tune = pt_tune.drop(columns=["b_key"])
     else:  # a single rate: nothing to tune
         pt_tune = pd.DataFrame()
-        pt_lr = {key(b): proto.lrs[0] for b in b_inits}
+        pt_lr = {key(b): proto.lrs[0] for b in tune_b}
 
-    pts = [dict(seed=s, b_init=b, lr=pt_lr[key(b)], protocol=pdict, cache=cache)
-           for s in (proto.tune_seed, *grid.seeds) for b in b_inits]
-    pt = sweep(pretrain_point, pts, "modular_pt", "deep: modular pretrain")
     arms = [(w, float(b)) for w in grid.whens for b in grid.balancedness]
+    tune_arms = arms if proto.lr_per_arm else [ref_ft]
+    need = {None if w == "post" else b for w, b in tune_arms}  # PT networks the tuning seed's FT runs start from
+    pts = [dict(seed=s, b_init=b, lr=pt_lr[key(b if proto.lr_per_arm else ref_b)], protocol=pdict, cache=cache)
+           for s in (proto.tune_seed, *grid.seeds) for b in b_inits if s != proto.tune_seed or b in need]
+    pt = sweep(pretrain_point, pts, "modular_pt", "deep: modular pretrain")
     pts = [dict(seed=proto.tune_seed, p=proto.tune_p, when=w, b=b, lr=lr, protocol=pdict, cache=cache)
-           for w, b in arms for lr in proto.lrs]
+           for w, b in tune_arms for lr in proto.lrs]
     if len(proto.lrs) > 1:
         ft_tune = sweep(finetune_point, pts, "modular_ft_tune", "deep: tune modular FT learning rates")
         ft_lr = pick_lr(ft_tune, ["when", "b"], loss="ft_loss", steps="ft_steps", converged="ft_converged",
                         chance=math.log(proto.tune_p))
     else:
         ft_tune = pd.DataFrame()
-        ft_lr = {(w, b): proto.lrs[0] for w, b in arms}
-    pts = [dict(seed=s, p=p, when=w, b=b, lr=ft_lr[(w, b)], protocol=pdict, cache=cache)
+        ft_lr = {(w, b): proto.lrs[0] for w, b in tune_arms}
+    pts = [dict(seed=s, p=p, when=w, b=b, lr=ft_lr[(w, b) if proto.lr_per_arm else ref_ft], protocol=pdict, cache=cache)
            for s in grid.seeds for p in (*grid.reuse, *grid.new) for w, b in arms]
     ft = sweep(finetune_point, pts, "modular_ft", "deep: modular fine-tune")
     ft["kind"] = [task_kind(proto.modulus, int(p)) for p in ft.p]

@@ -3,9 +3,11 @@
 Used by ``ftlab deep vision|modular|claims`` and by the ``deep`` section of ``ftlab reproduce``.
 Writes, under ``out_dir``: ``vision_{pt_tune,pt,ft_tune,ft}.csv``, ``vision_elr.csv``,
 ``modular_{pt_tune,pt,ft_tune,ft}.csv`` (each with a ``.meta.json`` sidecar holding the protocol
-and grid), ``claims.csv`` (the paper's claims, columns of docs/deep-claims.csv plus ``definition``
-and ``margin``), ``claims_own.csv`` (ftlab's own findings), and the figures of
-:data:`ftlab.experiments.deep_claims.figures.FIGURES`.
+and grid), ``claims.csv`` (the primaries, then the secondary rows, then ftlab's own findings; the
+columns of docs/deep-claims.csv), ``primaries.csv`` (the declared primary tests) and the figures of
+:data:`ftlab.experiments.deep_claims.figures.FIGURES`. :func:`export_tables` writes the compact
+per-seed tables a run's verdicts and figures are recomputed from (:func:`verdicts_from_folder`),
+without training.
 """
 
 from __future__ import annotations
@@ -22,16 +24,42 @@ from ftlab.experiments.deep_claims import figures as G
 from ftlab.experiments.deep_claims import modular as M
 from ftlab.experiments.deep_claims import vision as V
 
-__all__ = ["DeepResult", "judge", "run_modular_part", "run_vision_part", "verdicts_from_folder"]
+__all__ = ["TABLES", "DeepResult", "export_tables", "judge", "run_modular_part", "run_vision_part",
+           "verdicts_from_folder"]
+
+#: The tables a run's verdicts and figures are recomputed from, and the columns kept by :func:`export_tables`
+#: (per-stage geometry columns ``pr_post_c:*``, ``ensd_c:*``, ``cka:*`` are kept too).
+TABLES: dict[str, tuple[str, ...]] = {
+    "vision_pt_tune": ("arch", "seed", "knob", "value", "lr", "pt_loss", "pt_steps", "pt_converged"),
+    "vision_pt": ("arch", "seed", "knob", "value", "lr", "pt_lr_used", "pt_retries", "pt_loss", "pt_steps",
+                  "pt_epochs", "pt_converged", "pt_acc"),
+    "vision_ft_tune": ("arch", "seed", "task", "n_ft", "knob", "when", "value", "lr", "ft_loss", "ft_steps",
+                       "ft_converged", "acc"),
+    "vision_ft": ("arch", "seed", "task", "n_ft", "knob", "when", "value", "lr", "ft_lr_used", "ft_retries", "acc",
+                  "ft_loss", "ft_steps", "ft_converged", "kappa_stem_factor", "kappa_readout_factor",
+                  "kappa_fn_change"),
+    "vision_elr": ("arch", "knob", "when", "value", "stage", "weight_factor", "elr_factor"),
+    "modular_pt_tune": ("seed", "b_init", "lr", "pt_loss", "pt_steps", "pt_converged"),
+    "modular_pt": ("seed", "b_init", "lr", "pt_lr_used", "pt_retries", "pt_loss", "pt_steps", "pt_converged",
+                   "pt_acc", "b_after_pt"),
+    "modular_ft_tune": ("seed", "p", "when", "b", "lr", "ft_loss", "ft_steps", "ft_converged", "acc"),
+    "modular_ft": ("seed", "p", "kind", "when", "b", "lr", "ft_lr_used", "ft_retries", "acc", "ft_loss", "ft_steps",
+                   "ft_converged", "b_pt_end", "b_ft_start"),
+}
+_GEOMETRY = ("pr_post_c:", "ensd_c:", "cka:")
 
 
 @dataclass(frozen=True)
 class DeepResult:
-    """The paper's claims table, ftlab's own findings and the run's tables (by name)."""
+    """The judged table (primaries, secondary rows, ftlab's own findings; ``level`` says which) and the
+    run's tables (by name)."""
 
     claims: pd.DataFrame
-    own: pd.DataFrame
     tables: dict[str, pd.DataFrame]
+
+    def level(self, name: str) -> pd.DataFrame:
+        """The rows of one level: ``"primary"``, ``"secondary"`` or ``"ftlab"``."""
+        return self.claims[self.claims.level == name].reset_index(drop=True)
 
 
 def _params(proto, grid) -> dict:
@@ -62,46 +90,49 @@ def run_modular_part(out_dir, *, proto: M.ModularProtocol, grid: M.ModularGrid, 
 def judge(out_dir, vision: dict[str, pd.DataFrame] | None, modular: dict[str, pd.DataFrame] | None, *,
           gamma_default: float = 1.0, geometry_at: int | None = None, stages: tuple[str, ...] = (),
           figures: tuple[str, ...] | None = None) -> DeepResult:
-    """Verdicts (``claims.csv``, ``claims_own.csv``) and figures from the tables of either part."""
+    """Verdicts (``claims.csv``, ``primaries.csv``) and figures from the tables of either part."""
     out = Path(out_dir)
-    paper: list[C.Row] = []
-    own: list[C.Row] = []
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[C.Row] = []
     if vision is not None:
-        p, o = C.vision_effects(vision["ft"], vision.get("pt"), gamma_default=gamma_default, geometry_at=geometry_at)
-        paper += p
-        own += o
+        rows += C.vision_rows(vision["ft"], vision.get("pt"), gamma_default=gamma_default, geometry_at=geometry_at)
     if modular is not None:
-        paper += C.modular_effects(modular["ft"], modular.get("pt"))
-    claims, own_t = C.claims_table(paper), C.claims_table(own)
+        rows += C.modular_rows(modular["ft"], modular.get("pt"))
+    claims = C.claims_table(rows)
     save_table(claims, out / "claims.csv")
-    save_table(own_t, out / "claims_own.csv")
-
-    def want(name: str) -> bool:
-        return figures is None or name in figures
-
-    if vision is not None:
-        ft = vision["ft"]
-        if want("fig_claim1_kappa"):
-            G.plot_knob(ft, "kappa", out / "fig_claim1_kappa.png")
-        if want("fig_claim2_s"):
-            G.plot_knob(ft, "s", out / "fig_claim2_s.png")
-        if want("fig_claim3_gamma"):
-            G.plot_gamma(ft, out / "fig_claim3_gamma.png", gamma_default=gamma_default)
-        if want("fig_claim4_signature"):
-            G.plot_signature(claims, out / "fig_claim4_signature.png")
-        if want("fig_accuracy"):
-            G.plot_accuracy(ft, out / "fig_accuracy.png")
-        if want("fig_geometry") and stages:
-            G.plot_geometry(ft, out / "fig_geometry.png", stages)
-    if modular is not None and want("fig_claim5_balancedness"):
-        G.plot_balancedness(modular["ft"], out / "fig_claim5_balancedness.png")
+    save_table(C.primaries_table(), out / "primaries.csv")
+    G.plot_all(out, claims, rows, vision, modular, gamma_default=gamma_default, geometry_at=geometry_at, stages=stages,
+               figures=figures)
     tables = {f"vision_{k}": v for k, v in (vision or {}).items()} | {f"modular_{k}": v for k, v in (modular or {}).items()}
-    return DeepResult(claims, own_t, tables)
+    return DeepResult(claims, tables)
 
 
-def verdicts_from_folder(folder, *, figures: tuple[str, ...] | None = None) -> DeepResult:
+def export_tables(run_dir, dest, *, digits: int = 5) -> list[Path]:
+    """Copy a run's tables into ``dest`` as compact per-seed CSVs (the columns of :data:`TABLES` plus the
+    per-stage geometry, floats to ``digits`` significant digits, sidecars kept); returns the paths."""
+    src, dst = Path(run_dir), Path(dest)
+    dst.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, cols in TABLES.items():
+        if not (src / f"{name}.csv").exists():
+            continue
+        df, meta = load_table(src / f"{name}.csv")
+        keep = [c for c in df.columns if c in cols or c.startswith(_GEOMETRY)]
+        df = df[keep].copy()
+        for c in df.columns:
+            if pd.api.types.is_float_dtype(df[c]):
+                df[c] = df[c].map(lambda v: float(f"{v:.{digits}g}") if pd.notna(v) else v)
+        params = meta.get("params") or {}
+        written.append(save_table(df, dst / f"{name}.csv", params=params, seed=meta.get("seed")))
+    if not written:
+        raise FileNotFoundError(f"{src} holds none of the deep run's tables ({', '.join(TABLES)})")
+    return written
+
+
+def verdicts_from_folder(folder, *, out=None, figures: tuple[str, ...] | None = None) -> DeepResult:
     """Recompute the verdicts and figures (``figures``: a subset of names, ``()`` for none) from the
-    tables a previous run saved in ``folder``."""
+    tables a run saved in ``folder`` (a run folder, or the compact tables of :func:`export_tables`),
+    without training; written to ``out`` (default: ``folder``)."""
     folder = Path(folder)
     vision = modular = None
     kw: dict = {}
@@ -109,8 +140,9 @@ def verdicts_from_folder(folder, *, figures: tuple[str, ...] | None = None) -> D
         ft, meta = load_table(folder / "vision_ft.csv")
         proto = (meta.get("params") or {}).get("protocol", {})
         vision = {"ft": ft}
-        if (folder / "vision_pt.csv").exists():
-            vision["pt"] = load_table(folder / "vision_pt.csv")[0]
+        for name in ("pt", "elr"):
+            if (folder / f"vision_{name}.csv").exists():
+                vision[name] = load_table(folder / f"vision_{name}.csv")[0]
         kw = dict(gamma_default=float(proto.get("gamma_default", 1.0)), geometry_at=proto.get("geometry_at"),
                   stages=tuple(proto.get("stages", ())))
     if (folder / "modular_ft.csv").exists():
@@ -119,4 +151,4 @@ def verdicts_from_folder(folder, *, figures: tuple[str, ...] | None = None) -> D
             modular["pt"] = load_table(folder / "modular_pt.csv")[0]
     if vision is None and modular is None:
         raise FileNotFoundError(f"{folder} holds neither vision_ft.csv nor modular_ft.csv")
-    return judge(folder, vision, modular, figures=figures, **kw)
+    return judge(folder if out is None else out, vision, modular, figures=figures, **kw)

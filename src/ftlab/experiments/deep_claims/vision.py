@@ -18,13 +18,20 @@ option of :class:`VisionProtocol` / :class:`VisionGrid`, documented in docs/deep
 * **Pretraining**: ``n_pt`` class-balanced Fashion-MNIST images of the 8 pretraining classes,
   SGD with momentum, warm-up then cosine decay over ``pt_epochs`` epochs, stopped at the first
   epoch whose mean training loss is below ``loss_target``.
+* **Knobs at the start of fine-tuning**: kappa after pretraining is applied *after* the readout is
+  re-initialized, so the network that starts fine-tuning is the exact rebalance of the one the
+  baseline starts from (same function, weight norm moved between the first layer and the fresh
+  readout); every such run measures the factors and the function change and raises if they are not
+  the intended ones (``kappa_stem_factor``, ``kappa_readout_factor``, ``kappa_fn_change``).
 * **Fine-tuning**: all parameters, on ``n_ft`` class-balanced images of a task (``pt_subset``,
   ``heldout``, ``mnist``; :mod:`.data`), SGD with momentum and a constant learning rate until the
   epoch-mean training loss is below ``loss_target`` or ``ft_max_steps`` steps; BatchNorm running
   statistics are then recomputed on the fine-tuning images (``resnet18``).
-* **Learning rates**: for every (architecture, pretraining arm) and every (architecture,
-  fine-tuning arm), the rate is chosen from a small grid (``pt_lrs``, ``ft_lrs``) on a tuning seed
-  that is not an evaluation seed (:func:`pick_lr`): the healthy rate that reaches the loss target
+* **Learning rates**: one rate per architecture and stage for every arm, chosen on the baseline arm
+  (``lr_per_arm=False``, the default: arms then differ only in their knob); ``lr_per_arm=True`` chooses
+  one per (architecture, arm) instead, a sensitivity analysis. The rate is chosen from a small grid
+  (``pt_lrs``, ``ft_lrs``) on a tuning seed that is not an evaluation seed (:func:`pick_lr`): the
+  healthy rate that reaches the loss target
   in the fewest steps, else the lowest final training loss, one grid step lower when the next
   larger rate diverged or collapsed. A pretraining tuning run is the first ``pt_tune_epochs``
   epochs of the real schedule; a fine-tuning one the real recipe at ``ft_tune_n`` images of
@@ -75,9 +82,9 @@ class VisionProtocol:
     width: int = 8
     downsample: int = 2
     n_pt: int = 1200
-    pt_epochs: int = 50
+    pt_epochs: int = 100
     pt_batch: int = 128
-    pt_lrs: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
+    pt_lrs: tuple[float, ...] = (0.01, 0.02, 0.05)
     pt_tune_epochs: int = 12
     ft_batch: int = 64
     ft_max_steps: int = 300
@@ -93,6 +100,7 @@ class VisionProtocol:
     stages: tuple[str, ...] = ("stem", "layer1", "layer2", "layer3", "layer4", "pool")
     tune_seed: int = 1000
     bn_recalibrate: bool = True
+    lr_per_arm: bool = False
 
     def __post_init__(self):
         for a in self.archs:
@@ -140,11 +148,11 @@ class VisionGrid:
             raise ValueError("seeds is empty: give at least one seed")
 
 
-QUICK = (VisionProtocol(n_pt=500, pt_epochs=30, pt_lrs=(0.05,), ft_lrs=(0.03,), ft_max_steps=150, n_test=500,
+QUICK = (VisionProtocol(n_pt=500, pt_epochs=30, pt_lrs=(0.05,), ft_lrs=(0.01,), ft_max_steps=150, n_test=500,
                         n_geometry=128, geometry_at=100),
-         VisionGrid(seeds=(0, 1), n_ft=(10, 100), kappa=(0.25,), s=(0.25,), gamma=(0.1,)))
+         VisionGrid(seeds=(0, 1), n_ft=(30, 100), kappa=(0.25,), s=(0.25,), gamma=(0.1,)))
 FULL = (VisionProtocol(),
-        VisionGrid(seeds=tuple(range(8)), knob_n_ft=(30, 100)))
+        VisionGrid(seeds=tuple(range(8)), n_ft=(30, 100), gamma=(0.03, 0.1, 0.3, 3.0)))
 
 
 def arms(grid: VisionGrid, *, gamma_default: float = 1.0) -> list[Arm]:
@@ -249,13 +257,43 @@ def _load(arch: str, proto: VisionProtocol, cache: str, seed: int, arm: Arm, k_p
     return model
 
 
+def _rebalance_at_start_(model: torch.nn.Module, arch: str, kappa: float, probe: torch.Tensor) -> dict:
+    """kappa after pretraining, applied to the network that starts fine-tuning (its fresh readout
+    included), last before training: the result is the exact rebalance of the baseline's starting
+    network. Measures the weight factors of the first layer and of the readout and the relative change
+    of the outputs on ``probe``; raises ``RuntimeError`` unless the first layer moved in kappa's
+    direction by the rebalance's own factor, the readout by its factor, and the function held (1e-3)."""
+    from ftlab.deep import find_readout
+
+    name = find_readout(model)[0]
+    params = dict(model.named_parameters())
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        before = model(probe)
+        norms = {n: float(p.double().norm()) for n, p in params.items()}
+        rec = rebalance_(model, kappa, normalization=_normalization(arch))  # type: ignore[arg-type]
+        after = model(probe)
+    model.train(was)
+    first = rec.units[0].name + ".weight"
+    stem = float(params[first].detach().double().norm()) / norms[first]
+    read = float(params[name + ".weight"].detach().double().norm()) / norms[name + ".weight"]
+    change = float((after - before).abs().max() / before.abs().max().clamp_min(1e-12))
+    intended = (math.isclose(stem, rec.units[0].factor, rel_tol=1e-4) and change < 1e-3
+                and math.isclose(read, rec.factor(name), rel_tol=1e-4) and (kappa == 1 or (stem - 1) * (kappa - 1) > 0))
+    if not intended:
+        raise RuntimeError(f"kappa={kappa} after pretraining did not hold at the start of fine-tuning ({arch}): "
+                           f"first-layer factor {stem:.4g}, readout factor {read:.4g}, function change {change:.2g}")
+    return {"kappa_stem_factor": stem, "kappa_readout_factor": read, "kappa_fn_change": change}
+
+
 def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, when: str, value: float, lr: float,
                    protocol: dict, cache: str, geometry: bool = False) -> dict:
-    """One fine-tuning run: load the pretrained network of the arm, rebalance it (kappa after PT),
-    re-initialize the readout (gamma), fine-tune, evaluate; optionally per-stage geometry against
-    the unintervened pretrained network of the same seed. An evaluation run (not the tuning seed) whose
-    loss diverges is redone from the same start at the next lower rate of ``ft_lrs``; ``ft_lr_used``
-    and ``ft_retries`` record it."""
+    """One fine-tuning run: load the pretrained network of the arm, re-initialize the readout (gamma),
+    rebalance the result (kappa after PT, :func:`_rebalance_at_start_`), fine-tune, evaluate;
+    optionally per-stage geometry against the unintervened pretrained network of the same seed. An
+    evaluation run (not the tuning seed) whose loss diverges is redone from the same start at the next
+    lower rate of ``ft_lrs``; ``ft_lr_used`` and ``ft_retries`` record it."""
     torch.set_num_threads(1)
     t0 = time.process_time()
     proto = VisionProtocol(**protocol)
@@ -269,16 +307,17 @@ def finetune_point(*, arch: str, seed: int, task: str, n_ft: int, knob: str, whe
     # tuning runs (the tuning seed) must see divergence; evaluation runs that diverge are redone from the
     # same start at the next lower rate of the grid (recorded), so no arm loses a seed by diverging
     rates = [lr] if seed == proto.tune_seed else fallback_rates(lr, proto.ft_lrs)
+    start: dict = {}
     for retries, rate in enumerate(rates):  # noqa: B007 -- read after the loop
         model = _load(arch, proto, cache, seed, arm, k_pt)
-        if knob == "kappa" and when == "post":
-            rebalance_(model, value, normalization=_normalization(arch))  # type: ignore[arg-type]
         reinit_readout_(model, gamma=gamma, out_features=k, seed=seed * 100003 + tid * 1009 + n_ft)
+        if knob == "kappa" and when == "post":  # last before training, so that it holds at the start of FT
+            start = _rebalance_at_start_(model, arch, value, X_ft[:32])
         res = _fit(model, X_ft, y_ft, lr=rate, proto=proto, seed=seed, stage="ft")
         if math.isfinite(res.residual):
             break
     rec: dict = {"ft_loss": res.residual, "ft_steps": res.n_iter, "ft_converged": res.converged, "ft_lr_used": rate,
-                 "ft_retries": retries}
+                 "ft_retries": retries, **start}
     if not math.isfinite(res.residual):
         return {**rec, "acc": math.nan, "cpu_s": time.process_time() - t0}
     if proto.bn_recalibrate and arch == "resnet18":
@@ -403,8 +442,9 @@ def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None
         df = run_sweep(fn, points, store=out / f"{name}.jsonl", workers=workers, scheduler=scheduler, desc=desc)
         return df.drop(columns=[c for c in ("protocol", "cache") if c in df.columns])
 
+    tune_pt = pt_arms if proto.lr_per_arm else [BASELINE]
     pts = [dict(arch=a, seed=proto.tune_seed, knob=k, value=v, lr=lr, protocol=pdict, cache=cache, tune=True)
-           for a in proto.archs for k, _, v in pt_arms for lr in proto.pt_lrs]
+           for a in proto.archs for k, _, v in tune_pt for lr in proto.pt_lrs]
     if len(proto.pt_lrs) > 1:
         pt_tune = sweep(pretrain_point, pts, "vision_pt_tune", "deep: tune PT learning rates")
         pt_lr = pick_lr(pt_tune, ["arch", "knob", "value"], loss="pt_loss", steps="pt_steps", converged="pt_converged",
@@ -412,13 +452,14 @@ def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None
     else:  # a single rate: nothing to tune
         pt_tune = pd.DataFrame()
         pt_lr = {(p["arch"], p["knob"], p["value"]): proto.pt_lrs[0] for p in pts}
-    seeds = (proto.tune_seed, *grid.seeds)
-    pts = [dict(arch=a, seed=s, knob=k, value=v, lr=pt_lr[(a, k, v)], protocol=pdict, cache=cache)
-           for a in proto.archs for s in seeds for k, _, v in pt_arms]
+    tune_ft = all_arms if proto.lr_per_arm else [BASELINE]
+    pts = [dict(arch=a, seed=s, knob=k, value=v, lr=_rate(pt_lr, proto, a, (k, "init", v)), protocol=pdict, cache=cache)
+           for a in proto.archs for s in (proto.tune_seed, *grid.seeds) for k, _, v in pt_arms
+           if s != proto.tune_seed or (k, v) in {(t[0], t[2]) for t in map(_pt_arm, tune_ft)}]  # tuning seed: tuned arms
     _require_checkpoints(out / "vision_pt.jsonl", pts)
     pt = sweep(pretrain_point, pts, "vision_pt", "deep: pretrain")
     pts = [dict(arch=a, seed=proto.tune_seed, task=proto.ft_tune_task, n_ft=proto.ft_tune_n, knob=k, when=w,
-                value=v, lr=lr, protocol=pdict, cache=cache) for a in proto.archs for k, w, v in all_arms
+                value=v, lr=lr, protocol=pdict, cache=cache) for a in proto.archs for k, w, v in tune_ft
            for lr in proto.ft_lrs]
     if len(proto.ft_lrs) > 1:
         ft_tune = sweep(finetune_point, pts, "vision_ft_tune", "deep: tune FT learning rates")
@@ -435,10 +476,16 @@ def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None
                     ns = grid.n_ft if k in ("none", "gamma") or grid.knob_n_ft is None else grid.knob_n_ft
                     for n in ns:
                         pts.append(dict(arch=a, seed=s, task=t, n_ft=n, knob=k, when=w, value=v,
-                                        lr=ft_lr[(a, k, w, v)], protocol=pdict, cache=cache,
+                                        lr=_rate(ft_lr, proto, a, (k, w, v), ft=True), protocol=pdict, cache=cache,
                                         geometry=n == proto.geometry_at))
     ft = sweep(finetune_point, pts, "vision_ft", "deep: fine-tune")
     return {"pt_tune": pt_tune, "pt": pt, "ft_tune": ft_tune, "ft": ft}
+
+
+def _rate(chosen: dict[tuple, float], proto: VisionProtocol, arch: str, arm: Arm, *, ft: bool = False) -> float:
+    """The learning rate of an arm: its own (``lr_per_arm``) or the baseline's of its architecture."""
+    knob, when, value = arm if proto.lr_per_arm else BASELINE
+    return chosen[(arch, knob, when, value)] if ft else chosen[(arch, knob, value)]
 
 
 def _require_checkpoints(store: Path, points: list[dict]) -> None:
