@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ftlab.dln import (
+    Q_k,
     TaskSpec,
     ft_reset,
     k_from_pt,
@@ -122,6 +123,20 @@ def test_implicit_bias_with_extreme_mixed_geometry():
     g = q_k_prime(res.beta, kv)
     proj = X.T @ np.linalg.lstsq(X.T, g, rcond=None)[0]
     assert np.linalg.norm(g - proj) <= 1e-7 * max(np.linalg.norm(g), 1.0)
+
+
+def test_the_argmin_has_the_smallest_potential_among_interpolators():
+    # Q_k is minimized over {X beta = y}: the l1 and l2 interpolators and null-space moves of the argmin score higher
+    X, y, _ = _problem(dim=100, alpha=0.4, seed=3)
+    kv = 1e-4 * np.exp(np.random.default_rng(5).uniform(-2, 2, X.shape[1]))
+    best = solve_implicit_bias(X, y, kv).beta
+    assert Q_k(best, kv) == pytest.approx(float(np.sum(q_k(best, kv))), rel=1e-15)
+    null = np.linalg.svd(X)[2][X.shape[0]:]  # orthonormal basis of the null space of X
+    moves = [min_l1_interpolator(X, y).beta, min_l2_interpolator(X, y).beta,
+             *(best + 1e-3 * v for v in null[:5]), *(best - 1e-3 * v for v in null[:5])]
+    for other in moves:
+        assert np.allclose(X @ other, y, atol=1e-8)
+        assert Q_k(other, kv) > Q_k(best, kv)
 
 
 def test_direct_newton_and_cg_newton_reach_the_same_argmin():

@@ -110,6 +110,11 @@ def test_regime_corners_sit_in_their_regimes():
     lIV, pIV, _ = got["IV"]
     assert 1.1 < lIV < 1.85 and -0.85 < pIV < -0.05
     assert all(r == name for name, (_, _, r) in got.items())
+    from ftlab.dln.regimes import REGIMES  # the descriptions name the same split as the thresholds
+
+    for name, (lo, pd_, _) in got.items():
+        assert REGIMES[name].startswith("rich" if lo < 1.5 else "lazy")
+        assert ("PT-dependent" in REGIMES[name]) == (pd_ < -0.1)
     # the authors' draft corner is PT-weighted, not PT-independent: it fails the regime-I test on PD
     md = metrics(beta_pt=1.0, beta_ft=1.0, c=CORNER_C, lam=DRAFT_CORNER_I[0], gamma=DRAFT_CORNER_I[1])
     assert abs(float(md.pd)) > 0.05
