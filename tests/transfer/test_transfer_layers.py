@@ -324,7 +324,7 @@ def test_statistics_that_cannot_fit_are_refused_up_front():
     torch.manual_seed(7)
     A = NamedA().double()
     batches = [(torch.randn(8, 5, dtype=DT), torch.randint(0, 3, (8,)))]
-    with pytest.raises(ValueError, match=r"need about .* GB .* cross-covariances, the largest 7 x 7.* available"):
+    with pytest.raises(ValueError, match=r"need about .* GB .* statistics, .*the largest float64 sums 7 x 7.* available"):
         transfer(A, perturbed(A), copy.deepcopy(A), batches, ce, memory_limit=1000)
     tv = transfer(A, perturbed(A), copy.deepcopy(A), batches, ce, memory_limit=10**8)
     assert tv.norm() > 0

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from ftlab.core.hooks import activations
-from ftlab.core.stats import CrossMoments, Moments
+from ftlab.core.stats import CrossMoments, Moments, RowMoments
 from ftlab.core.validate import check_choice, check_int
 
 __all__ = ["GeometryAccumulator", "as_matrix", "cka_from_moments", "ensd", "layer_geometry", "linear_cka",
@@ -198,7 +198,7 @@ def linear_cka(X, Y, *, unbiased: bool = False) -> float:
     return _cka(float(np.sum(K * L)), float(np.sum(K * K)), float(np.sum(L * L)))
 
 
-def cka_from_moments(cm: CrossMoments, R: torch.Tensor | None = None, *, unbiased: bool = False) -> float:
+def cka_from_moments(cm: CrossMoments | RowMoments, R: torch.Tensor | None = None, *, unbiased: bool = False) -> float:
     """Linear CKA of the two streams of ``cm`` (biased, or unbiased with ``kernel`` sums).
 
     With a map ``R`` (``dim_a x dim_b``) it is the CKA of ``A R`` and ``B`` (equal to the plain CKA
@@ -210,7 +210,7 @@ def cka_from_moments(cm: CrossMoments, R: torch.Tensor | None = None, *, unbiase
     if unbiased:
         if R is not None:
             raise ValueError("cka_from_moments: a map R is supported for the biased estimator only")
-        if not cm.kernel:
+        if not isinstance(cm, CrossMoments) or not cm.kernel:
             raise ValueError("the unbiased CKA needs kernel sums: accumulate with CrossMoments(..., kernel=True)")
         check_int("n_samples", cm.n, minimum=4)
         return _cka(_hsic_u_moments(cm, "ab"), _hsic_u_moments(cm, "aa"), _hsic_u_moments(cm, "bb"))

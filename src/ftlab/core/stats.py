@@ -41,7 +41,7 @@ import math
 
 import torch
 
-__all__ = ["CrossMoments", "Moments", "cross_moments_nbytes"]
+__all__ = ["CrossMoments", "Moments", "RowMoments", "cross_moments_nbytes"]
 
 
 def cross_moments_nbytes(dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype | None = None) -> int:
@@ -322,3 +322,153 @@ class CrossMoments:
             return math.nan
         sq = float(torch.sum(R * (saa @ R))) - 2.0 * float(torch.sum(R * sab)) + bb
         return math.sqrt(max(sq, 0.0) / bb)
+
+
+class _RowSide:
+    """One side of a :class:`RowMoments`: the rows themselves (read in float64), their sums and squared norms."""
+
+    def __init__(self, dim: int, second: bool):
+        self.dim = int(dim)
+        self.n = 0
+        self.sq_sum = 0.0
+        self.row_eps = 0.0
+        self._second = second
+        self._blocks: list[torch.Tensor] = []
+        self._sum: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
+
+    def add(self, x: torch.Tensor) -> None:
+        self._blocks.append(x)
+        self._rows = None
+        self.n += x.shape[0]
+        if x.is_floating_point():
+            self.row_eps = max(self.row_eps, torch.finfo(x.dtype).eps)
+        s = x.sum(0, dtype=torch.float64)
+        self._sum = s if self._sum is None else self._sum + s
+        self.sq_sum += float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
+
+    def rows(self) -> torch.Tensor:
+        """All rows, ``(n, dim)`` float64 (on the rows' device)."""
+        if self._rows is None:
+            if not self._blocks:
+                return torch.zeros(0, self.dim, dtype=torch.float64)
+            self._rows = torch.cat([b.to(torch.float64) for b in self._blocks])
+            self._blocks = [self._rows]
+        return self._rows
+
+    @property
+    def sum(self) -> torch.Tensor:
+        return self._sum if self._sum is not None else torch.zeros(self.dim, dtype=torch.float64)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.sum / max(self.n, 1)
+
+    @property
+    def eps(self) -> float:
+        return _EPS64 if (self._second and self.n) else 0.0
+
+    @property
+    def gram(self) -> torch.Tensor | None:
+        if not self._second:
+            return None
+        X = self.rows()
+        return X.T @ X
+
+    def scatter(self, *, center: bool = False) -> torch.Tensor:
+        """``X^T X`` or ``X_c^T X_c`` formed from the rows (float64, ``(dim, dim)``)."""
+        if not self._second:
+            raise ValueError("second moments were not accumulated (construct with second=True)")
+        X = self.rows()
+        if center:
+            X = X - self.mean.to(X.device)
+        return X.T @ X
+
+
+_EPS64 = torch.finfo(torch.float64).eps
+
+
+class RowMoments:
+    """Two row-aligned streams kept as rows: the statistics of :class:`CrossMoments` for maps fitted from few rows.
+
+    A cross-covariance of ``n`` rows on widths ``p, q`` has rank at most ``n``: while ``n`` is below the
+    widths, keeping the rows (``n (p + q)`` numbers) costs less memory than the ``p x q`` sums and lets a
+    solver work in the cost of the rank (:meth:`factors`: ``C = F_A^T F_B``). Rows are stored as they
+    come (no copy, no product during the stream) and read in float64, so every product formed from
+    them is a float64 product (:attr:`eps` is float64's). Reads the same as :class:`CrossMoments`
+    (``n``, ``a``/``b`` with ``sum``, ``mean``, ``sq_sum``, ``scatter``; ``cross``, ``covariance``,
+    ``residual``); :meth:`to_dense` turns it into a :class:`CrossMoments` with the same sums.
+    """
+
+    kernel = False
+
+    def __init__(self, dim_a: int, dim_b: int, *, second: bool = False):
+        self.a = _RowSide(dim_a, second)
+        self.b = _RowSide(dim_b, second)
+        self._second = bool(second)
+
+    @property
+    def n(self) -> int:
+        return self.a.n
+
+    @property
+    def second(self) -> bool:
+        return self._second
+
+    @property
+    def eps(self) -> float:
+        """Float64's machine epsilon once rows arrived (every product is formed in float64 from the rows)."""
+        return _EPS64 if self.n else 0.0
+
+    def update(self, a, b) -> RowMoments:
+        """Add row-aligned batches ``a`` (``(n, dim_a)``) and ``b`` (``(n, dim_b)``); returns ``self``."""
+        a = _as_rows(a, self.a.dim, "a")
+        b = _as_rows(b, self.b.dim, "b")
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(f"a has {a.shape[0]} rows but b has {b.shape[0]}: rows must be aligned one to one")
+        self.a.add(a)
+        self.b.add(b)
+        return self
+
+    def factors(self, *, center: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(F_A, F_B)`` (``(n, dim_a)``, ``(n, dim_b)``, float64) with ``F_A^T F_B`` = :meth:`covariance`."""
+        A, B = self.a.rows(), self.b.rows()
+        if center:
+            A, B = A - self.a.mean.to(A.device), B - self.b.mean.to(B.device)
+        return A, B
+
+    @property
+    def cross(self) -> torch.Tensor:
+        return self.covariance()
+
+    def covariance(self, *, center: bool = False) -> torch.Tensor:
+        """``A^T B`` or ``A_c^T B_c`` formed from the rows (float64, ``(dim_a, dim_b)``)."""
+        A, B = self.factors(center=center)
+        if A.shape[0] == 0:
+            return torch.zeros(self.a.dim, self.b.dim, dtype=torch.float64)
+        return A.T @ B
+
+    def residual(self, R, *, center: bool = False) -> float:
+        """Relative misfit ``||A R - B||_F / ||B||_F`` (NaN without second moments or when ``B`` is zero).
+
+        ``R`` is a ``(dim_a, dim_b)`` tensor or any map with ``rmul(X) = X @ R``.
+        """
+        if not self.second:
+            return math.nan
+        A, B = self.factors(center=center)
+        bb = float((B * B).sum())
+        if bb <= 0:
+            return math.nan
+        AR = R.rmul(A) if hasattr(R, "rmul") else A @ R.to(device=A.device, dtype=torch.float64)
+        return math.sqrt(float(((AR - B) ** 2).sum()) / bb)
+
+    def nbytes(self) -> int:
+        """Bytes the kept rows take (as stored)."""
+        return sum(x.element_size() * x.numel() for side in (self.a, self.b) for x in side._blocks)
+
+    def to_dense(self, batch_dtype: torch.dtype | None = torch.float64) -> CrossMoments:
+        """A :class:`CrossMoments` holding the same statistics (the rows streamed into its sums)."""
+        out = CrossMoments(self.a.dim, self.b.dim, second=self.second, batch_dtype=batch_dtype)
+        if self.n:
+            out.update(torch.cat(self.a._blocks), torch.cat(self.b._blocks))
+        return out

@@ -45,7 +45,7 @@ import torch
 from torch.nn import functional as F
 
 from ftlab.core.geometry import cka_from_moments
-from ftlab.core.stats import CrossMoments
+from ftlab.core.stats import CrossMoments, RowMoments
 from ftlab.core.validate import check_choice, check_range
 
 __all__ = ["SEQ_ALIGN", "AffineMoments", "MapFit", "RankWarning", "SeqAlign", "SumMoments", "align_tokens", "fit_map",
@@ -178,7 +178,7 @@ def align_tokens(a: torch.Tensor, b: torch.Tensor, mode: SeqAlign = "identity", 
     return a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
 
 
-def _svd(M: torch.Tensor, full_matrices: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def svd(M: torch.Tensor, full_matrices: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``torch.linalg.svd``; where its divide-and-conquer driver fails to converge (it does on some
     ill-conditioned float64 cross-covariances of real pretrained pairs), LAPACK's slower, more robust
     ``gesvd`` driver (through SciPy) on the same matrix."""
@@ -194,7 +194,7 @@ def _svd(M: torch.Tensor, full_matrices: bool = False) -> tuple[torch.Tensor, to
 def procrustes(C: torch.Tensor) -> torch.Tensor:
     """Polar factor ``U V^T`` of ``C = U S V^T`` (thin SVD in float64): the Procrustes map of ``C``."""
     C = C.to(torch.float64)
-    U, _, Vh = _svd(C)
+    U, _, Vh = svd(C)
     return U @ Vh
 
 
@@ -214,8 +214,10 @@ def _inv_power(S: torch.Tensor, p: float, eps: float) -> torch.Tensor:
 class MapFit:
     """A fitted map and how well it aligns the calibration rows.
 
-    ``R`` is ``d_A x d_B`` (float64). ``residual`` is ``||A R - B||_F / ||B||_F`` on the
-    calibration rows (NaN without second moments), ``residual_naive`` the same for the
+    ``R`` is the ``d_A x d_B`` map (float64): a dense tensor, or a
+    :class:`~ftlab.transfer.factored.LowRankMap` (pad/truncate plus a low-rank correction) from the
+    factored solver (:func:`~ftlab.transfer.factored.as_dense` gives the tensor). ``residual`` is
+    ``||A R - B||_F / ||B||_F`` on the calibration rows (NaN without second moments), ``residual_naive`` the same for the
     pad/truncate map, ``cka`` the linear CKA of the two row sets (invariant to orthogonal maps:
     how alignable the spaces are at best), ``cka_naive``/``cka_fit`` the CKA of ``A M`` and ``B``
     for the pad/truncate map and the fitted map (they differ only when a map drops directions),
@@ -332,6 +334,22 @@ class AffineMoments:
     def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
         return math.nan
 
+    def factors(self, *, center: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(Y_A, Y_B)``: the base's rows mapped (``X M^T + c``), when the base keeps its rows; else None."""
+        from ftlab.transfer.factored import factors_of
+
+        base = factors_of(self.base, center=center)
+        if base is None:
+            return None
+        out = []
+        for X, (M, c) in zip(base, self._maps):
+            M = M.detach().to(device=X.device, dtype=torch.float64)
+            Y = X * M if M.ndim == 1 else X @ M.T
+            if c is not None and not center:
+                Y = Y + c.detach().to(device=X.device, dtype=torch.float64)
+            out.append(Y)
+        return out[0], out[1]
+
 
 class SumMoments:
     """Several cross statistics of the same pair of spaces, each scaled to unit Frobenius norm, summed.
@@ -369,6 +387,24 @@ class SumMoments:
     def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
         return math.nan
 
+    def factors(self, *, center: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The parts' rows stacked, each part's source rows divided by the norm of its cross-covariance."""
+        from ftlab.transfer.factored import _fro_cross, factors_of
+
+        got = [factors_of(p, center=center) for p in self.parts]
+        if any(f is None for f in got):
+            return None
+        rows_a, rows_b = [], []
+        for F_A, F_B in got:  # type: ignore[misc]
+            f = _fro_cross(F_A, F_B)
+            if f > 0:
+                rows_a.append(F_A / f)
+                rows_b.append(F_B)
+        if not rows_a:
+            F_A, F_B = got[0]  # type: ignore[misc]
+            return F_A[:0], F_B[:0]
+        return torch.cat(rows_a), torch.cat(rows_b)
+
 
 def procrustes_similarity(stats: CrossMoments, center: bool = False) -> float:
     """Procrustes similarity ``||A^T B||_* / (||A||_F ||B||_F)`` of streamed rows (nan when a side is zero)."""
@@ -382,7 +418,7 @@ def procrustes_similarity(stats: CrossMoments, center: bool = False) -> float:
     try:
         sv = torch.linalg.svdvals(C)
     except torch.linalg.LinAlgError:
-        sv = _svd(C.to(torch.float64))[1]
+        sv = svd(C.to(torch.float64))[1]
     return float(sv.sum()) / math.sqrt(tra * trb)
 
 
@@ -421,7 +457,7 @@ def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: in
         C2 = st.covariance(center=center).to(device=Up.device, dtype=torch.float64)
         M = Up.T @ C2 @ Vp
         scale, tol_stats = float(torch.linalg.norm(C2)), st
-    U2, s2, V2h = _svd(M, full_matrices=True)
+    U2, s2, V2h = svd(M, full_matrices=True)
     tol = _rtol(tol_stats, da, db, rank_rtol) * scale
     r2 = int((s2 > tol).sum()) if scale > 0 else 0
     part = (Up @ U2[:, :r2]) @ (V2h[:r2] @ Vp.T)
@@ -430,71 +466,145 @@ def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: in
     return part + rest, ([(label, r2)] if r2 else []) + used
 
 
-def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, eps: float = 1e-8, name: str = "",
-            completion=(("naive", None),), rank_rtol: float | None = None) -> MapFit:
-    """Procrustes map from streamed statistics, with optional centering and partial whitening.
+Solver = Literal["auto", "dense", "factored"]
 
-    ``completion`` is the chain of ``(label, statistic)`` (``statistic`` None = the pad/truncate
-    map) that fills the subspace the cross-covariance does not determine (see the module
-    docstring); ``()`` keeps the SVD's arbitrary choice there. ``rank_rtol`` overrides the relative
-    rank tolerance ``max(d_A, d_B) * eps``. A :class:`RankWarning` names the map and its rank
-    whenever the rank is below ``min(d_A, d_B)``.
-    """
-    check_range("whiten_p", whiten_p, 0.0, 0.5)
-    if rank_rtol is not None:
-        check_range("rank_rtol", rank_rtol, 0.0, 1.0)
+
+def _rows_of(stats) -> int | None:
+    """Rows behind a statistic that keeps them (None for dense sums)."""
+    from ftlab.transfer.factored import factors_of
+
+    f = factors_of(stats)
+    return None if f is None else int(f[0].shape[0])
+
+
+def _choose_factored(stats, chain, solver: str, whiten_p: float, da: int, db: int) -> bool:
+    """The factored solver where it is cheaper: kept rows fewer than the widths, wide maps, no whitening."""
+    from ftlab.transfer.factored import FACTORED_MIN_WIDTH
+
+    if solver == "dense" or whiten_p > 0 or not chain or chain[-1][1] is not None:
+        return False
+    rows = [_rows_of(stats)] + [_rows_of(st) for _, st in chain if st is not None]
+    if any(r is None for r in rows):
+        return False
+    if solver == "factored":
+        return True
+    return min(da, db) >= FACTORED_MIN_WIDTH and sum(rows) < min(da, db)  # type: ignore[arg-type]
+
+
+def _trace_sums(stats, center: bool) -> tuple[float, float]:
+    tra, trb = stats.a.sq_sum, stats.b.sq_sum
+    if center:
+        tra -= stats.n * float(stats.a.mean @ stats.a.mean)
+        trb -= stats.n * float(stats.b.mean @ stats.b.mean)
+    return tra, trb
+
+
+def _similarity(stats, sv: torch.Tensor, center: bool) -> float:
+    if not isinstance(stats, (CrossMoments, RowMoments)):
+        return math.nan
+    tra, trb = _trace_sums(stats, center)
+    return float(sv.sum()) / math.sqrt(tra * trb) if tra > 0 and trb > 0 else math.nan
+
+
+def _factored(stats, chain, *, center: bool, rank_rtol: float | None, da: int, db: int):
+    """The factored solve (:mod:`ftlab.transfer.factored`), or None where it defers to the dense path."""
+    from ftlab.transfer.factored import factored_solve, factors_of
+
+    F_A, F_B = factors_of(stats, center=center)  # type: ignore[misc]
+    tol_stats = {label: st for label, st in chain}
+    fac_chain = [(label, None if st is None else factors_of(st, center=center)) for label, st in chain]
+    return factored_solve(F_A, F_B, fac_chain, rank_tol=_rtol(stats, da, db, rank_rtol),
+                          n_max=max(stats.n - int(center), 0),
+                          rtol_of=lambda label: _rtol(tol_stats.get(label), da, db, rank_rtol))
+
+
+def _dense(stats, chain, *, center: bool, whiten_p: float, eps: float, rank_rtol: float | None):
+    """The dense solve: ``(R, rank, singular values, completed)`` (``R`` a dense ``(d_A, d_B)`` tensor)."""
     C = stats.covariance(center=center).to(torch.float64)
     da, db = C.shape
     k = min(da, db)
-    naive = naive_map(da, db)
-    res_naive = stats.residual(naive, center=center)
-    cka = cka_from_moments(stats) if isinstance(stats, CrossMoments) else math.nan
-    prec = _precision(stats)
-    chain = tuple(completion)
-    how = ", ".join(label for label, _ in chain) or "the SVD's arbitrary choice"
     if not torch.any(C != 0):
-        warnings.warn(f"{name}: the {source} cross-covariance is zero (no signal reached this point); "
-                      f"completed with {how}", RankWarning, stacklevel=2)
-        R, used = _complete(torch.eye(da, dtype=torch.float64), torch.eye(db, dtype=torch.float64), chain, center=center,
-                            da=da, db=db, rank_rtol=rank_rtol, exact_identity=True)
-        cka_naive = cka_from_moments(stats, naive) if isinstance(stats, CrossMoments) else math.nan
-        return MapFit(R, source, stats.n, 0, stats.residual(R, center=center), res_naive, cka, cka_naive,
-                      cka_from_moments(stats, R) if isinstance(stats, CrossMoments) else math.nan, converged=False,
-                      n_iter=0, dims=k, completed=tuple(used), precision=prec)
-    similarity = math.nan
+        eye_a = torch.eye(da, dtype=torch.float64, device=C.device)
+        eye_b = torch.eye(db, dtype=torch.float64, device=C.device)
+        R, used = _complete(eye_a, eye_b, chain, center=center, da=da, db=db, rank_rtol=rank_rtol, exact_identity=True)
+        return R, 0, torch.zeros(0, dtype=torch.float64), used
     if whiten_p > 0:
         if not stats.second:
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
         wa = _inv_power(stats.a.scatter(center=center), whiten_p, eps)
         C = wa @ C @ _inv_power(stats.b.scatter(center=center), whiten_p, eps)
-    U, sv, Vh = _svd(C)
-    if whiten_p == 0 and isinstance(stats, CrossMoments):
-        tra, trb = stats.a.sq_sum, stats.b.sq_sum
-        if center:
-            tra -= stats.n * float(stats.a.mean @ stats.a.mean)
-            trb -= stats.n * float(stats.b.mean @ stats.b.mean)
-        if tra > 0 and trb > 0:
-            similarity = float(sv.sum()) / math.sqrt(tra * trb)
-    rank = int((sv > sv[0] * _rtol(stats, da, db, rank_rtol)).sum())
-    # the exact rank of a cross-covariance of n rows is at most n (n - 1 when centred)
-    rank = min(rank, max(stats.n - int(center), 0))
-    used = []
-    if rank < k:
-        Uf, _, Vhf = _svd(C, full_matrices=True) if da != db else (U, sv, Vh)
-        R, used = _complete(Uf[:, rank:], Vhf[rank:].T, chain, center=center, da=da, db=db, rank_rtol=rank_rtol)
-        R = R + Uf[:, :rank] @ Vhf[:rank]
+    full = da != db and stats.n < k  # surely rank-deficient: the full bases at once
+    U, sv, Vh = svd(C, full_matrices=full)
+    rank = min(int((sv > sv[0] * _rtol(stats, da, db, rank_rtol)).sum()), max(stats.n - int(center), 0))
+    if rank >= k:
+        return U @ Vh, rank, sv, []  # = procrustes(C), from the same SVD
+    if da != db and not full:
+        U, _, Vh = svd(C, full_matrices=True)
+    R, used = _complete(U[:, rank:], Vh[rank:].T, chain, center=center, da=da, db=db, rank_rtol=rank_rtol)
+    return R + U[:, :rank] @ Vh[:rank], rank, sv, used
+
+
+def _fit_diagnostics(stats, R, center: bool) -> dict:
+    """Residuals and CKA of a fitted map (nan without second moments: then nothing is computed)."""
+    from ftlab.transfer.factored import as_dense
+
+    out = {"residual": math.nan, "residual_naive": math.nan, "cka": math.nan, "cka_naive": math.nan,
+           "cka_fit": math.nan}
+    if not (isinstance(stats, (CrossMoments, RowMoments)) and stats.second):
+        return out
+    da, db = R.shape
+    naive = naive_map(da, db).to(stats.a.sum.device)
+    dense_R = as_dense(R)
+    out.update(residual=stats.residual(R, center=center), residual_naive=stats.residual(naive, center=center),
+               cka=cka_from_moments(stats), cka_naive=cka_from_moments(stats, naive),
+               cka_fit=cka_from_moments(stats, dense_R))
+    return out
+
+
+def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, eps: float = 1e-8, name: str = "",
+            completion=(("naive", None),), rank_rtol: float | None = None, solver: Solver = "auto") -> MapFit:
+    """Procrustes map from streamed statistics, with optional centering and partial whitening.
+
+    ``completion`` is the chain of ``(label, statistic)`` (``statistic`` None = the pad/truncate
+    map) that fills the subspace the cross-covariance does not determine (see the module
+    docstring); ``()`` keeps the SVD's arbitrary choice there. ``rank_rtol`` overrides the relative
+    rank tolerance ``max(d_A, d_B) * eps``. ``solver``: ``"dense"`` (SVDs of the ``d_A x d_B``
+    cross-covariances), ``"factored"`` (from kept rows, in the cost of the rank: see
+    :mod:`ftlab.transfer.factored`; dense where the statistics keep no rows) or ``"auto"`` (factored
+    for maps at least 256 wide whose statistics hold fewer rows than their width). Both give the same
+    map wherever the statistics and the completion rule decide it. A :class:`RankWarning` names the
+    map and its rank whenever the rank is below ``min(d_A, d_B)``.
+    """
+    check_range("whiten_p", whiten_p, 0.0, 0.5)
+    check_choice("solver", solver, ("auto", "dense", "factored"))
+    if rank_rtol is not None:
+        check_range("rank_rtol", rank_rtol, 0.0, 1.0)
+    chain = tuple(completion)
+    da, db = stats.a.dim, stats.b.dim
+    k = min(da, db)
+    got = None
+    if _choose_factored(stats, chain, solver, whiten_p, da, db):
+        got = _factored(stats, chain, center=center, rank_rtol=rank_rtol, da=da, db=db)
+    if got is None:
+        got = _dense(stats, chain, center=center, whiten_p=whiten_p, eps=eps, rank_rtol=rank_rtol)
+    R, rank, sv, used = got
+    prec = _precision(stats)
+    zero = rank == 0 and not (sv.numel() and float(sv[0]) > 0)
+    if zero:
+        how = ", ".join(label for label, _ in chain) or "the SVD's arbitrary choice"
+        warnings.warn(f"{name}: the {source} cross-covariance is zero (no signal reached this point); completed with "
+                      f"{how}", RankWarning, stacklevel=2)
+    elif rank < k:
         filled = ", ".join(f"{label} ({d})" for label, d in used) or "nothing"
         warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank} of {k} at {prec} precision); "
                       f"the other {k - rank} dimensions are completed with {filled}", RankWarning, stacklevel=2)
-    else:
-        R = U @ Vh  # = procrustes(C), from the same SVD (on the statistics' device)
-    R = R.cpu()
-    is_cm = isinstance(stats, CrossMoments)
+    diag = _fit_diagnostics(stats, R, center)
+    similarity = _similarity(stats, sv, center) if whiten_p == 0 and not zero else math.nan
     if isinstance(stats, SumMoments):  # a shared map: the mean alignment of its parts (diagnostics only: extra SVDs)
-        parts = [p for p in stats.parts if isinstance(p, CrossMoments) and p.second]
+        parts = [p for p in stats.parts if isinstance(p, (CrossMoments, RowMoments)) and p.second]
         if parts:
-            cka = sum(cka_from_moments(p) for p in parts) / len(parts)
-            similarity = sum(procrustes_similarity(p, center) for p in parts) / len(parts)
-    return MapFit(R, source, stats.n, rank, stats.residual(R, center=center), res_naive, cka,
-                  cka_from_moments(stats, naive) if is_cm else math.nan, cka_from_moments(stats, R) if is_cm else math.nan,
-                  dims=k, completed=tuple(used), precision=prec, similarity=similarity)
+            diag["cka"] = math.fsum(cka_from_moments(p) for p in parts) / len(parts)
+            similarity = math.fsum(procrustes_similarity(p, center) for p in parts) / len(parts)  # type: ignore[arg-type]
+    return MapFit(R, source, stats.n, rank, diag["residual"], diag["residual_naive"], diag["cka"], diag["cka_naive"],
+                  diag["cka_fit"], converged=not zero, n_iter=0 if zero else 1, dims=k, completed=tuple(used),
+                  precision=prec, similarity=similarity)

@@ -32,10 +32,11 @@ from torch import nn
 from ftlab.core.hooks import Captured, capture, param_uses
 from ftlab.core.modes import module_mode, requires_grad
 from ftlab.core.progress import progress
-from ftlab.core.stats import CrossMoments, cross_moments_nbytes
+from ftlab.core.stats import CrossMoments, RowMoments, cross_moments_nbytes
 from ftlab.core.validate import available_memory
 from ftlab.transfer.align import AffineMoments, align_tokens, to_tokens
 from ftlab.transfer.batches import CalibrationData, default_forward, padding_mask, samples_in
+from ftlab.transfer.factored import FACTORED_MIN_WIDTH
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.plan import (
     AFFINE_KINDS,
@@ -180,7 +181,7 @@ class Streamed:
     accumulator per owner that streams rows, and the number of batches."""
 
     owners: dict[Key, Key]
-    accumulators: dict[Key, CrossMoments]
+    accumulators: dict[Key, CrossMoments | RowMoments]
     n_batches: int
 
 
@@ -199,8 +200,9 @@ class _Pass:
         self.plan, self.ca, self.cb, self.opts = plan, ca, cb, opts
         self.by_key = plan.by_key
         self.owners: dict[Key, Key] = {}
-        self.accumulators: dict[Key, CrossMoments] = {}
+        self.accumulators: dict[Key, CrossMoments | RowMoments] = {}
         self.check_keys: list[Key] = []
+        self.caps: dict[Key, int] = {}
 
     def signatures(self, keys: Iterable[Key]) -> dict[Key, tuple]:
         out = {}
@@ -210,8 +212,9 @@ class _Pass:
                 out[key] = self.by_key[key].signature(tuple(map(id, la)), tuple(map(id, lb)))
         return out
 
-    def first_batch(self, bare: tuple[list[str], list[str]]) -> None:
-        """Decide shared rows, check bare parameters were used, check memory, allocate accumulators."""
+    def first_batch(self, bare: tuple[list[str], list[str]], batch_a, batch_b, total: int | None) -> None:
+        """Decide shared rows, check bare parameters were used, choose each accumulator's storage (rows or sums),
+        check memory, then add the first batch."""
         for who, names, cap in (("source", bare[0], self.ca), ("target", bare[1], self.cb)):
             unused = [p for p in names if param_uses(cap, p) == 0]
             if unused:
@@ -220,11 +223,49 @@ class _Pass:
                                  "(zero_params)")
         self.owners = share_rows(self.plan, self.signatures(self.by_key))
         keys = collected(self.plan, self.owners)
-        _check_memory([self.by_key[k].dims for k in keys], [self.by_key[k].dims for k in self.plan.derived],
+        rows0 = {k: self.rows(self.by_key[k], batch_a, batch_b) for k in keys}
+        expected = {k: (0 if got is None else got[0].shape[0]) * (total or 1) for k, got in rows0.items()}
+        self.caps = self._row_caps(keys)
+        kept = {k for k in keys if expected[k] < self.caps[k]}
+        derived = {k: (self.by_key[k].dims, self.owners.get(base, base)) for k, base in self.plan.derived.items()}
+        _check_memory({k: self.by_key[k].dims for k in keys}, derived, kept=kept, rows=expected,
                       second=self.plan.second, batch_dtype=self.opts.torch_batch_dtype, limit=self.opts.memory_limit)
-        self.accumulators = {k: CrossMoments(*self.by_key[k].dims, second=self.plan.second,
-                                             batch_dtype=self.opts.torch_batch_dtype) for k in keys}
+        self.accumulators = {k: self._new(self.by_key[k].dims, k in kept) for k in keys}
         self.check_keys = aliased(self.owners)
+        for k, got in rows0.items():
+            if got is not None:
+                self._update(k, got, 0)
+
+    def _row_caps(self, keys: list[Key]) -> dict[Key, int]:
+        """Per accumulator, the number of rows below which it keeps them: the width of the widest map that reads
+        them (its own, or that of an output derived from them) when that is at least 256 wide, else 0."""
+        def wide(dims: tuple[int, int]) -> int:
+            return min(dims) if min(dims) >= FACTORED_MIN_WIDTH else 0
+
+        caps = {k: wide(self.by_key[k].dims) if self.opts.statistics == "auto" else 0 for k in keys}
+        if self.opts.statistics == "auto":
+            for key, base in self.plan.derived.items():
+                own = self.owners.get(base, base)
+                if own in caps:
+                    caps[own] = max(caps[own], wide(self.by_key[key].dims))
+        return caps
+
+    def _new(self, dims: tuple[int, int], rows: bool) -> CrossMoments | RowMoments:
+        if rows:
+            return RowMoments(*dims, second=self.plan.second)
+        return CrossMoments(*dims, second=self.plan.second, batch_dtype=self.opts.torch_batch_dtype)
+
+    def _update(self, key: Key, got: tuple[torch.Tensor, torch.Tensor], k: int) -> None:
+        acc = self.accumulators[key]
+        r = self.by_key[key]
+        if isinstance(acc, RowMoments) and acc.n + got[0].shape[0] >= self.caps[key]:  # more rows than width: sums
+            acc = self.accumulators[key] = acc.to_dense(self.opts.torch_batch_dtype)
+        acc.update(*got)
+        # a NaN/inf row makes the running column sum non-finite: an O(width) check per batch
+        for who, mom, name in (("source", acc.a, r.sp), ("target", acc.b, r.tp)):
+            if not torch.isfinite(mom.sum).all():
+                what = "gradient" if r.is_gradient else "activation"
+                raise ValueError(f"non-finite {what} at {name!r} of the {who} model (calibration batch {k})")
 
     def check_aliases(self) -> None:
         """Rows shared on the first batch must stay shared (a graph that changes per batch is refused)."""
@@ -264,17 +305,10 @@ class _Pass:
         return torch.cat(rows_a), torch.cat(rows_b)
 
     def add(self, batch_a, batch_b, k: int) -> None:
-        for key, acc in self.accumulators.items():
-            r = self.by_key[key]
-            got = self.rows(r, batch_a, batch_b)
-            if got is None:
-                continue
-            acc.update(*got)
-            # a NaN/inf row makes the running column sum non-finite: an O(width) check per batch
-            for who, mom, name in (("source", acc.a, r.sp), ("target", acc.b, r.tp)):
-                if not torch.isfinite(mom.sum).all():
-                    what = "gradient" if r.is_gradient else "activation"
-                    raise ValueError(f"non-finite {what} at {name!r} of the {who} model (calibration batch {k})")
+        for key in list(self.accumulators):
+            got = self.rows(self.by_key[key], batch_a, batch_b)
+            if got is not None:
+                self._update(key, got, k)
 
 
 def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: Iterable, loss: Callable | None,
@@ -299,10 +333,10 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
             _run(source, ca, ba, loss, "source", k, backward=grad, input_grads=plan.input_grads)
             _run(target, cb, bb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
             if k == 0:
-                state.first_batch((hooks_a[1], hooks_b[1]))
+                state.first_batch((hooks_a[1], hooks_b[1]), ba, bb, total)
             else:
                 state.check_aliases()
-            state.add(ba, bb, k)
+                state.add(ba, bb, k)
             ca.clear()
             cb.clear()
             n += 1
@@ -360,19 +394,35 @@ def collect_map_statistics(problem: TransferProblem, requirements: Mapping[str, 
     return resolve(plan, streamed, affine), streamed.n_batches
 
 
-def _check_memory(collected: list[tuple[int, int]], derived: list[tuple[int, int]], *, second: bool,
-                  batch_dtype: torch.dtype | None, limit: float | None) -> None:
-    """Refuse statistics that cannot fit: accumulators plus the largest solve's workspace vs. the memory available."""
-    need = sum(cross_moments_nbytes(a, b, second=second, batch_dtype=batch_dtype) for a, b in collected)
-    widest = max([a * b for a, b in collected + derived] or [0])
-    need += 6 * 8 * widest  # one derived statistic and the SVD's factors and workspace at a time
+def _check_memory(collected: Mapping[Key, tuple[int, int]], derived: Mapping[Key, tuple[tuple[int, int], Key]], *,
+                  kept: set, rows: Mapping[Key, int], second: bool, batch_dtype: torch.dtype | None,
+                  limit: float | None) -> None:
+    """Refuse statistics that cannot fit: accumulators plus the largest solve's workspace vs. the memory available.
+
+    Kept rows count ``8 (d_A + d_B)`` bytes per expected row (read in float64); sums count their
+    float64 matrices; a solve needs about six dense ``d_A x d_B`` float64 matrices, or ten copies of the
+    rows for a factored one.
+    """
+    need, work = 0.0, 0.0
+    for key, (a, b) in collected.items():
+        if key in kept:
+            need += 8.0 * (a + b) * rows[key]
+            work = max(work, 10 * 8.0 * (a + b) * rows[key])
+        else:
+            need += cross_moments_nbytes(a, b, second=second, batch_dtype=batch_dtype)
+            work = max(work, 6 * 8.0 * a * b)
+    for (a, b), base in derived.values():  # derived from kept rows: mapped rows; else a dense d_A x d_B matrix
+        work = max(work, 10 * 8.0 * (a + b) * rows[base] if base in kept else 6 * 8.0 * a * b)
+    need += work
     avail = available_memory() if limit is None else float(limit)
     if need > avail:
-        big = max(collected, key=lambda d: d[0] * d[1]) if collected else (0, 0)
-        raise ValueError(f"the transfer statistics need about {need / 2**30:.2f} GB ({len(collected)} float64 "
-                         f"cross-covariances, the largest {big[0]} x {big[1]}{', with second moments' if second else ''}) "
-                         f"but only {avail / 2**30:.2f} GB of memory is available; transfer fewer layers (zero_params), "
-                         "switch off diagnostics, or use a machine with more memory")
+        dense = [d for k, d in collected.items() if k not in kept]
+        big = max(dense, key=lambda d: d[0] * d[1]) if dense else (0, 0)
+        raise ValueError(f"the transfer statistics need about {need / 2**30:.2f} GB ({len(collected)} statistics, "
+                         f"{len(kept)} of them as rows; the largest float64 sums {big[0]} x {big[1]}"
+                         f"{', with second moments' if second else ''}) but only {avail / 2**30:.2f} GB of memory is "
+                         "available; transfer fewer layers (zero_params), switch off diagnostics, or use a machine with "
+                         "more memory")
 
 
 # --- other calibration passes ------------------------------------------------------------------------

@@ -136,6 +136,10 @@ class TransferOptions:
                                ("vector", "diagonal"))
     memory_limit: float | None = _opt(None, "bytes the calibration statistics may take (default: the memory "
                                       "available); a larger transfer is refused before they are allocated", "float")
+    statistics: Literal["auto", "dense"] = _opt(
+        "auto", "how calibration statistics are kept: auto (the rows themselves for maps at least 256 wide that see "
+        "fewer rows than their width: memory and solves in the cost of the rank; float64 cross-covariance sums "
+        "otherwise) or dense (always the sums)", "choice", ("auto", "dense"))
 
     def __post_init__(self) -> None:
         check_choice("depth_map", self.depth_map, DEPTH_RULES)
@@ -157,6 +161,7 @@ class TransferOptions:
         check_choice("source_stats", self.source_stats, ("base", "finetuned"))
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
         check_choice("norm_gain", self.norm_gain, ("vector", "diagonal"))
+        check_choice("statistics", self.statistics, ("auto", "dense"))
         self._check_structures()
         if self.memory_limit is not None and not (isinstance(self.memory_limit, (int, float)) and self.memory_limit > 0):
             raise ValueError(f"memory_limit={self.memory_limit!r} is invalid: must be a positive number of bytes")

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ftlab.transfer.factored import as_dense, left_t, right
 from ftlab.transfer.layer_map import LayerMap
 from ftlab.transfer.spec import Rule, TransportSpec
 from ftlab.transfer.task_vector import TaskVector
@@ -74,28 +75,30 @@ def grouped_blocks(D: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.cat([D[g * co:(g + 1) * co, g * ci:(g + 1) * ci] for g in range(groups)])
 
 
-def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: torch.Tensor | None,
-                R_out: torch.Tensor, src_name: str, vocab: torch.Tensor | None = None) -> torch.Tensor:
+def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in, R_out, src_name: str,
+                vocab: torch.Tensor | None = None) -> torch.Tensor:
+    """One transported block; ``R_in``/``R_out`` are dense tensors or :class:`~ftlab.transfer.factored.LowRankMap` s."""
     T = tau.to(torch.float64)
     if rule.kind == "out_vector":
         if T.ndim != 1 or T.shape[0] != R_out.shape[0]:
             raise ValueError(f"source {src_name!r} has shape {tuple(T.shape)} but its point has width {R_out.shape[0]}")
-        return (R_out.T @ T).reshape(shape)
+        return left_t(R_out, T[:, None]).reshape(shape)
     if rule.kind == "diagonal":
         if T.shape[0] != R_out.shape[0] or shape[0] != R_out.shape[1]:
             raise ValueError(f"source {src_name!r} has {T.shape[0]} channels but its point maps {R_out.shape[0]} -> "
                              f"{R_out.shape[1]}")
-        return ((R_out * R_out).T @ T.reshape(T.shape[0], -1)).reshape(shape)
+        D = as_dense(R_out)
+        return ((D * D).T @ T.reshape(T.shape[0], -1).to(D.device)).reshape(shape)
     if rule.kind == "embedding":
         if T.shape[1] != R_out.shape[0]:
             raise ValueError(f"source embedding {src_name!r} has width {T.shape[1]}, expected {R_out.shape[0]}")
         if vocab is not None:
             rows = T[vocab.clamp_min(0)] * (vocab >= 0).to(T.dtype)[:, None]
-            return rows @ R_out
+            return right(rows, R_out)
         if T.shape[0] != shape[0]:
             raise ValueError(f"embedding {rule.param!r}: source vocabulary {T.shape[0]} != target vocabulary {shape[0]}; "
                              "give vocab_map= (target row -> source row) or zero it with zero_params")
-        return T @ R_out
+        return right(T, R_out)
     M = T.reshape(T.shape[0], -1) if rule.kind == "weight" else T
     if R_in is None:
         raise ValueError(f"rule {rule.kind!r} of {rule.param!r} needs an input map")
@@ -109,7 +112,7 @@ def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: tor
         if M.shape != (R_out.shape[0], R_in.shape[0]):
             raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as out x in, but its maps expect "
                              f"{R_out.shape[0]} x {R_in.shape[0]}")
-        D = (R_out.T @ M @ R_in)
+        D = right(left_t(R_out, M), R_in)
         if g_b > 1 and R_in.shape[1] == g_b * shape[1] * kk:
             D = grouped_blocks(D.reshape(shape[0], g_b * shape[1], *shape[2:]), g_b)
         return D.reshape(shape)
@@ -117,12 +120,12 @@ def _apply_rule(rule: Rule, tau: torch.Tensor, shape: tuple[int, ...], R_in: tor
         if M.shape != (R_out.shape[0], R_in.shape[0]):
             raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as out x in, but its maps expect "
                              f"{R_out.shape[0]} x {R_in.shape[0]}")
-        return (R_out.T @ M @ R_in).reshape(shape)
+        return right(left_t(R_out, M), R_in).reshape(shape)
     # weight_t: stored (in, out)
     if M.shape != (R_in.shape[0], R_out.shape[0]):
         raise ValueError(f"source {src_name!r} has shape {tuple(M.shape)} as in x out, but its maps expect "
                          f"{R_in.shape[0]} x {R_out.shape[0]}")
-    return (R_in.T @ M @ R_out).reshape(shape)
+    return right(left_t(R_in, M), R_out).reshape(shape)
 
 
 def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: Mapping[str, tuple[int, ...]],
@@ -156,7 +159,7 @@ def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: M
                 n = rule.part[1]
                 blk_shape = (shape[0] // n,) + shape[1:]
                 vocab = vocab_maps.get(pname) if rule.kind == "embedding" else None
-                val = _apply_rule(rule, fused_block(tau_a[src], rule.part), blk_shape, R_in, R_out, src, vocab)
+                val = _apply_rule(rule, fused_block(tau_a[src], rule.part), blk_shape, R_in, R_out, src, vocab).cpu()
                 i = rule.part[0]
                 res[i * blk_shape[0]:(i + 1) * blk_shape[0]] = val
         out[pname] = res.to(dtype)

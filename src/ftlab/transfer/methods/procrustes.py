@@ -78,11 +78,15 @@ class ProcrustesOptions:
                 "then pad/truncate), naive (pad/truncate) or none (the SVD's arbitrary choice)"})
     rank_rtol: float | None = field(default=None, metadata={
         "help": "relative singular-value tolerance of the rank (default: max(d_A, d_B) x the precision's epsilon)"})
+    solver: Literal["auto", "dense", "factored"] = field(default="auto", metadata={
+        "help": "auto (factored for maps at least 256 wide fitted from fewer rows than their width, dense otherwise), "
+                "dense (SVDs of the full cross-covariances) or factored (from kept rows, in the cost of the rank)"})
 
     def __post_init__(self) -> None:
         check_choice("in_map", self.in_map, IN_MAPS)
         check_choice("out_map", self.out_map, OUT_MAPS)
         check_choice("complete", self.complete, ("auto", "naive", "none"))
+        check_choice("solver", self.solver, ("auto", "dense", "factored"))
         if self.rank_rtol is not None:
             check_range("rank_rtol", self.rank_rtol, 0.0, 1.0)
         if not isinstance(self.center, bool):
@@ -183,7 +187,7 @@ class ProcrustesTransfer:
 
     def _fit_kw(self) -> dict:
         o = self.options
-        return {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol}
+        return {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol, "solver": o.solver}
 
     def _fit_depthwise(self, tp: str, point: Point, stats) -> tuple[MapFit | None, MapFit | None]:
         """One channel map for both sides, so the kernel stays depthwise; each side reports its own alignment."""

@@ -1,0 +1,189 @@
+"""The factored solver against the dense one, kept rows against streamed sums, and transfers that use them."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from ftlab.core.stats import CrossMoments, RowMoments
+from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, transfer
+from ftlab.transfer.align import AffineMoments, SumMoments, fit_map
+from ftlab.transfer.factored import LowRankMap, as_dense
+
+DT = torch.float64
+pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")
+
+
+def rows(n, d_a, d_b, seed, *, rank=None, tie=False, zero=False):
+    """A RowMoments of ``n`` row pairs: B's rows a fixed linear image of A's, of the given rank; ``tie``: equal
+    singular values; ``zero``: all rows zero."""
+    g = torch.Generator().manual_seed(seed)
+    r = rank or n
+    Z = torch.randn(n, r, generator=g, dtype=DT)
+    if tie:
+        Z = torch.linalg.qr(Z)[0] * 3.0  # orthonormal columns, all scaled alike: every singular value ties
+    A = Z @ torch.randn(r, d_a, generator=g, dtype=DT)
+    B = Z @ torch.randn(r, d_b, generator=g, dtype=DT) + 0.1 * torch.randn(n, d_b, generator=g, dtype=DT)
+    if tie:
+        A = Z @ torch.linalg.qr(torch.randn(d_a, r, generator=g, dtype=DT))[0].T
+        B = Z @ torch.linalg.qr(torch.randn(d_b, r, generator=g, dtype=DT))[0].T
+    if zero:
+        A, B = A * 0, B * 0
+    st_ = RowMoments(d_a, d_b)
+    for i in range(0, n, 7):
+        st_.update(A[i:i + 7], B[i:i + 7])
+    return st_
+
+
+def both(stats, chain, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit_map(stats, source="x", completion=chain, solver="factored", **kw), \
+            fit_map(stats, source="x", completion=chain, solver="dense", **kw)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), d_a=st.integers(20, 60), d_b=st.integers(20, 60), n=st.integers(1, 15),
+       n2=st.integers(0, 15), center=st.booleans(), kind=st.sampled_from(["random", "tie", "zero", "low"]))
+def test_factored_and_dense_solves_agree_on_random_low_rank_statistics(seed, d_a, d_b, n, n2, center, kind):
+    primary = rows(n, d_a, d_b, seed, tie=kind == "tie", zero=kind == "zero", rank=max(1, n // 2) if kind == "low" else None)
+    chain = [("naive", None)] if n2 == 0 else [("act", rows(n2, d_a, d_b, seed + 1)), ("naive", None)]
+    fac, den = both(primary, chain, center=center)
+    assert isinstance(fac.R, LowRankMap) and isinstance(den.R, torch.Tensor)
+    assert (fac.rank, fac.dims, fac.completed) == (den.rank, den.dims, den.completed)
+    torch.testing.assert_close(as_dense(fac.R), den.R, atol=1e-8, rtol=0)
+    R = den.R  # a (semi-)orthogonal map either way
+    k = min(d_a, d_b)
+    gram = R @ R.T if d_a <= d_b else R.T @ R
+    torch.testing.assert_close(gram, torch.eye(k, dtype=DT), atol=1e-8, rtol=0)
+
+
+def test_a_zero_statistic_gives_the_pad_truncate_map_exactly_on_both_paths():
+    fac, den = both(rows(5, 30, 40, 0, zero=True), [("naive", None)])
+    assert torch.equal(as_dense(fac.R), torch.eye(30, 40, dtype=DT)) and torch.equal(den.R, torch.eye(30, 40, dtype=DT))
+    assert not fac.converged and not den.converged
+
+
+def test_derived_and_summed_statistics_factor_like_their_dense_forms():
+    base = rows(9, 30, 34, 3)
+    g = torch.Generator().manual_seed(4)
+    aff = AffineMoments(base, (torch.randn(50, 30, generator=g, dtype=DT), torch.randn(50, generator=g, dtype=DT)),
+                        (torch.randn(45, 34, generator=g, dtype=DT), None))
+    summed = SumMoments([rows(6, 30, 34, 5), rows(4, 30, 34, 6)])
+    for stats in (aff, summed):
+        for center in (False, True):
+            F_A, F_B = stats.factors(center=center)
+            torch.testing.assert_close(F_A.T @ F_B, stats.covariance(center=center), atol=1e-9, rtol=1e-9)
+        fac, den = both(stats, [("naive", None)])
+        torch.testing.assert_close(as_dense(fac.R), den.R, atol=1e-8, rtol=0)
+
+
+def test_low_rank_maps_apply_like_their_dense_matrices():
+    g = torch.Generator().manual_seed(0)
+    for d_a, d_b in ((12, 20), (20, 12), (15, 15)):
+        M = LowRankMap(torch.randn(d_a, 4, generator=g, dtype=DT), torch.randn(d_b, 4, generator=g, dtype=DT))
+        D = M.dense()
+        X = torch.randn(3, d_a, generator=g, dtype=DT)
+        torch.testing.assert_close(M.rmul(X), X @ D)
+        Y = torch.randn(d_a, 5, generator=g, dtype=DT)
+        torch.testing.assert_close(M.lmul_t(Y), D.T @ Y)
+        torch.testing.assert_close(M.transpose().dense(), D.T)
+
+
+def test_kept_rows_read_like_streamed_sums_and_turn_into_them():
+    g = torch.Generator().manual_seed(1)
+    kept, sums = RowMoments(9, 11, second=True), CrossMoments(9, 11, second=True, batch_dtype=DT)
+    for _ in range(3):
+        a, b = torch.randn(5, 9, generator=g), torch.randn(5, 11, generator=g)
+        kept.update(a, b)
+        sums.update(a, b)
+    for center in (False, True):
+        torch.testing.assert_close(kept.covariance(center=center), sums.covariance(center=center))
+        torch.testing.assert_close(kept.a.scatter(center=center), sums.a.scatter(center=center))
+    R = torch.linalg.qr(torch.randn(11, 9, generator=g, dtype=DT))[0].T
+    assert kept.residual(R) == pytest.approx(sums.residual(R), rel=1e-10)
+    assert kept.a.sq_sum == pytest.approx(sums.a.sq_sum, rel=1e-12) and kept.n == sums.n == 15
+    torch.testing.assert_close(kept.to_dense().cross, sums.cross)
+
+
+class Wide(nn.Module):
+    """A 2-layer MLP with a 320-wide hidden layer (wide enough for the factored path)."""
+
+    def __init__(self, h=320, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(10, h), nn.Linear(h, h), nn.Linear(h, 4)
+
+    def forward(self, x):
+        return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+def _wide_pair():
+    A = Wide().double()
+    perm = torch.randperm(320, generator=torch.Generator().manual_seed(1))
+    B = copy.deepcopy(A)
+    with torch.no_grad():
+        B.fc1.weight.copy_(A.fc1.weight[perm])
+        B.fc1.bias.copy_(A.fc1.bias[perm])
+        B.fc2.weight.copy_(A.fc2.weight[perm][:, perm])
+        B.fc2.bias.copy_(A.fc2.bias[perm])
+        B.fc3.weight.copy_(A.fc3.weight[:, perm])
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(24, 10, generator=g, dtype=DT), torch.randint(0, 4, (24,), generator=g)) for _ in range(3)]
+    # fine-tuning = one gradient step on the calibration data: tau = -lr sum_n g_n x_n^T lies in the span of the
+    # calibration rows (BiCo's premise), so 72 rows determine everything tau needs although the layer is 320 wide
+    A_ft = copy.deepcopy(A)
+    sum(ce(A_ft, b) for b in batches).backward()
+    with torch.no_grad():
+        for p in A_ft.parameters():
+            p.sub_(0.1 * p.grad)
+            p.grad = None
+    tau = TaskVector.from_models(A, A_ft)
+    truth = {"fc1.weight": tau["fc1.weight"][perm], "fc1.bias": tau["fc1.bias"][perm],
+             "fc2.weight": tau["fc2.weight"][perm][:, perm], "fc2.bias": tau["fc2.bias"][perm],
+             "fc3.weight": tau["fc3.weight"][:, perm], "fc3.bias": tau["fc3.bias"]}
+    return A, A_ft, B, TaskVector(truth), batches
+
+
+def ce(model, batch):
+    return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+
+def test_a_wide_map_fitted_from_few_rows_keeps_rows_solves_factored_and_recovers_a_permuted_copy():
+    A, A_ft, B, truth, batches = _wide_pair()
+    res = fit_transfer(A, A_ft, B, batches, ce)  # 72 rows < 320: rows kept, factored solves
+    wide = [f for fits in res.fits.values() for f in fits if f is not None and min(f.R.shape) >= 256]
+    assert wide and all(isinstance(f.R, LowRankMap) for f in wide)
+    err = (TaskVector({k: res.task_vector[k] - truth[k] for k in truth})).norm() / truth.norm()
+    assert err < 1e-8
+    # today's path (dense sums, dense solves) gives the same task vector
+    ref = transfer(A, A_ft, B, batches, ce, statistics="dense", solver="dense")
+    assert (TaskVector({k: ref[k] - res.task_vector[k] for k in ref})).norm() < 1e-8 * ref.norm()
+
+
+def test_rows_turn_into_sums_when_a_stream_outgrows_the_width():
+    A, A_ft, B, truth, _ = _wide_pair()
+    g = torch.Generator().manual_seed(5)
+    many = (  # a generator: the pass cannot know in advance that 480 rows will come
+        (torch.randn(120, 10, generator=g, dtype=DT), torch.randint(0, 4, (120,), generator=g)) for _ in range(4))
+    res = fit_transfer(A, A_ft, B, many, ce)
+    wide = [f for fits in res.fits.values() for f in fits if f is not None and min(f.R.shape) >= 256]
+    assert wide and all(isinstance(f.R, torch.Tensor) and f.n_rows == 480 for f in wide)
+    err = (TaskVector({k: res.task_vector[k] - truth[k] for k in truth})).norm() / truth.norm()
+    assert err < 1e-8
+
+
+def test_diagnostics_from_kept_rows_equal_those_from_sums():
+    A, A_ft, B, _, batches = _wide_pair()
+    fast = fit_transfer(A, A_ft, B, batches, ce, options=TransferOptions(diagnostics=True))
+    ref = fit_transfer(A, A_ft, B, batches, ce, options=TransferOptions(diagnostics=True, statistics="dense"))
+    for a, b in zip(fast.layers(), ref.layers()):
+        for key in ("in_cka", "out_cka", "in_similarity", "out_similarity", "in_residual_fit", "out_residual_naive"):
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-7, abs=1e-6), key  # sums lose ~1e-8 to cancellation
