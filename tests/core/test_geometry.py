@@ -177,7 +177,7 @@ def test_bad_input_raises_one_line_value_error():
         linear_cka(np.eye(3), np.eye(3), unbiased=True)
     with pytest.raises(ValueError, match="features"):
         ensd(np.ones((5, 3)), np.ones((5, 4)))
-    with pytest.raises(ValueError, match="update"):
+    with pytest.raises(RuntimeError, match="update"):  # misuse, not bad input
         GeometryAccumulator().ensd()
 
 
