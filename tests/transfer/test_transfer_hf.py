@@ -1,6 +1,7 @@
 """Hugging Face models (random tiny configs) are understood without hand-written specs.
 
-Table-driven over BERT, ViT, CLIP (vision tower), T5 and GPT-2. For a target that is at least as wide
+Table-driven over BERT, ViT, CLIP (vision tower), T5 and GPT-2; a Llama decoder with grouped-query attention
+recovered from a permuted copy. For a target that is at least as wide
 as the source in every space, every fitted map has orthonormal rows, so each layer's transported
 delta keeps exactly the source delta's norm, whatever the calibration data: a check that every
 parameter is carried on the right axes by the right maps.
@@ -139,3 +140,66 @@ def test_vit_with_other_resolution_needs_token_interpolation():
     assert rows["vit.layers.0.attention.q_proj"]["in_rows"] == 3 * 4 * 10
     for rec in rows.values():
         assert rec["target_norm"] == pytest.approx(rec["source_norm"], rel=1e-5, abs=1e-9)
+
+
+def llama(width=32, inter=48, heads=4, kv=2, layers=2, vocab=40):
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=inter, num_hidden_layers=layers,
+                                   num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=64,
+                                   tie_word_embeddings=False, attn_implementation="eager")
+    return transformers.LlamaForCausalLM(cfg).double().eval()
+
+
+def llama_permutation(g, d=32, head_dim=8, heads=4, kv=2, inter=48, layers=2):
+    """A permutation of a Llama's units that keeps its function: residual dimensions, key/value heads with their
+    query groups (grouped-query attention; dimensions inside a head stay, for the rotary embedding), MLP units."""
+    import re
+
+    res = torch.randperm(d, generator=g)
+    kvp = torch.randperm(kv, generator=g)
+    r = heads // kv
+    qheads = torch.cat([kvp[j] * r + torch.randperm(r, generator=g) for j in range(kv)])
+
+    def rows(hs):
+        return torch.cat([torch.arange(h * head_dim, (h + 1) * head_dim) for h in hs.tolist()])
+
+    q, kvr = rows(qheads), rows(kvp)
+    mlp = [torch.randperm(inter, generator=g) for _ in range(layers)]
+    rule = {"self_attn.q_proj.weight": lambda v, i: v[q][:, res],
+            "self_attn.k_proj.weight": lambda v, i: v[kvr][:, res], "self_attn.v_proj.weight": lambda v, i: v[kvr][:, res],
+            "self_attn.o_proj.weight": lambda v, i: v[res][:, q], "mlp.gate_proj.weight": lambda v, i: v[mlp[i]][:, res],
+            "mlp.up_proj.weight": lambda v, i: v[mlp[i]][:, res], "mlp.down_proj.weight": lambda v, i: v[res][:, mlp[i]],
+            "input_layernorm.weight": lambda v, i: v[res], "post_attention_layernorm.weight": lambda v, i: v[res]}
+
+    def permute(state):
+        out = {}
+        for k, v in state.items():
+            m = re.match(r"model\.layers\.(\d+)\.(.*)", k)
+            if m:
+                out[k] = rule[m.group(2)](v, int(m.group(1)))
+            elif k == "model.norm.weight":
+                out[k] = v[res]
+            else:  # embed_tokens, lm_head: (vocab, d)
+                out[k] = v[:, res]
+        return out
+
+    return permute
+
+
+def test_a_llama_decoder_with_grouped_query_attention_is_recovered_from_a_permuted_copy():
+    torch.manual_seed(0)
+    A = llama()
+    g = torch.Generator().manual_seed(1)
+    permute = llama_permutation(g)
+    B = llama()
+    B.load_state_dict(permute(A.state_dict()))
+    ids = torch.randint(0, 40, (4, 12), generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(B(input_ids=ids).logits, A(input_ids=ids).logits, atol=1e-6, rtol=0)
+    batches = [{"input_ids": (x := torch.randint(0, 40, (4, 12), generator=g)), "labels": x} for _ in range(4)]
+    A_ft = copy.deepcopy(A)
+    with torch.no_grad():
+        for p in A_ft.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    truth = TaskVector(permute(dict(TaskVector.from_models(A, A_ft).items())))
+    tv = fit_transfer(A, A_ft, B, batches, hf_loss).task_vector
+    assert TaskVector({k: tv[k] - truth[k] for k in tv}).norm() < 1e-5 * truth.norm()
