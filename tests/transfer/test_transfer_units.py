@@ -133,13 +133,22 @@ def test_fit_map_recovers_rotation_with_whitening_and_centering():
         fit_map(st, source="act", whiten_p=0.7)
 
 
-def test_rank_warning_when_rows_are_fewer_than_width():
+def test_a_fit_notes_when_rows_are_fewer_than_width_and_a_transfer_warns_once():
     X = torch.randn(3, 8, dtype=DT)
-    with pytest.warns(RankWarning, match="3 rows"):
-        fit_map(CrossMoments(8, 8).update(X, X), source="act", name="p")
-    with pytest.warns(RankWarning, match="zero"):
-        fit = fit_map(CrossMoments(8, 6).update(X, torch.zeros(3, 6, dtype=DT)), source="grad")
-    assert not fit.converged and torch.equal(fit.R, naive_map(8, 6))
+    assert "3 rows" in fit_map(CrossMoments(8, 8).update(X, X), source="act", name="p").note
+    fit = fit_map(CrossMoments(8, 6).update(X, torch.zeros(3, 6, dtype=DT)), source="grad")
+    assert "zero" in fit.note and not fit.converged and torch.equal(fit.R, naive_map(8, 6))
+    full = fit_map(CrossMoments(8, 8).update(torch.randn(30, 8, dtype=DT), torch.randn(30, 8, dtype=DT)), source="act")
+    assert full.note is None
+    # one transfer with several under-determined maps: one warning that counts them and names the least determined
+    A, A_ft = mlp(0, h=40), shifted(mlp(0, h=40), 1)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        res = fit_transfer(A, A_ft, mlp(2, h=40), batches(n=1), loss)
+    ranked = [r for r in rec if issubclass(r.category, RankWarning)]
+    notes = [f.note for pair in res.fits.values() for f in pair if f is not None and f.note]
+    assert len(ranked) == 1 and len(notes) >= 2
+    assert f"{len(notes)} of " in str(ranked[0].message) and "rank" in str(ranked[0].message)
 
 
 def test_token_alignment_modes():
@@ -414,22 +423,18 @@ def test_source_statistics_at_base_or_finetuned_weights():
 
 def test_reported_rank_never_exceeds_the_calibration_rows():
     # float32 batch products leave rounding noise in the float64 sums; the reported rank must still be <= n rows
-    import warnings as _w
 
     from ftlab.core.stats import CrossMoments
-    from ftlab.transfer.align import RankWarning, fit_map
+    from ftlab.transfer.align import fit_map
 
     g = torch.Generator().manual_seed(0)
     stats = CrossMoments(64, 96)
     for _ in range(3):
         stats.update(torch.randn(7, 64, generator=g), torch.randn(7, 96, generator=g))
-    with _w.catch_warnings(record=True) as rec:
-        _w.simplefilter("always")
-        fit = fit_map(stats, source="act", name="layer")
+    fit = fit_map(stats, source="act", name="layer")
     assert fit.rank == 21 and stats.n == 21
-    # float32 rows: the rank is judged at float32 precision, and the warning says so
-    assert any(issubclass(r.category, RankWarning) and "21 rows (rank 21 of 64 at float32 precision)" in str(r.message)
-               for r in rec)
+    # float32 rows: the rank is judged at float32 precision, and the note says so
+    assert "21 rows (rank 21 of 64 at float32 precision)" in fit.note
 
 
 def _batching_pair():

@@ -37,7 +37,6 @@ kept is mapped to 1.5e-8 or better, and a model transferred to itself comes back
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -245,6 +244,20 @@ class MapFit:
     completed: tuple[tuple[str, int], ...] = ()
     precision: str = "float64"
     similarity: float = math.nan
+    name: str = ""
+
+    @property
+    def note(self) -> str | None:
+        """What the statistics left undetermined, in one line (None when they determine every dimension)."""
+        if not self.converged:
+            how = ", ".join(label for label, _ in self.completed) or "the SVD's arbitrary choice"
+            return (f"{self.name}: the {self.source} cross-covariance is zero (no signal reached this point); completed "
+                    f"with {how}")
+        if self.rank >= self.dims:
+            return None
+        filled = ", ".join(f"{label} ({d})" for label, d in self.completed) or "nothing"
+        return (f"{self.name}: the {self.source} map is fitted from {self.n_rows} rows (rank {self.rank} of {self.dims} at "
+                f"{self.precision} precision); the other {self.dims - self.rank} dimensions are completed with {filled}")
 
 
 class _Side:
@@ -533,11 +546,12 @@ def _dense(stats, chain, *, center: bool, whiten_p: float, eps: float, rank_rtol
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
         wa = _inv_power(stats.a.scatter(center=center), whiten_p, eps)
         C = wa @ C @ _inv_power(stats.b.scatter(center=center), whiten_p, eps)
-    full = da != db and stats.n < k  # surely rank-deficient: the full bases at once
+    # the full bases at once where a completion is sure (fewer rows than dimensions) or costs little more (near-square)
+    full = da != db and (stats.n < k or max(da, db) <= 1.25 * k)
     U, sv, Vh = svd(C, full_matrices=full)
     rank = min(int((sv > sv[0] * _rtol(stats, da, db, rank_rtol)).sum()), max(stats.n - int(center), 0))
     if rank >= k:
-        return U @ Vh, rank, sv, []  # = procrustes(C), from the same SVD
+        return U[:, :k] @ Vh[:k], rank, sv, []  # = procrustes(C), from the same SVD
     if da != db and not full:
         U, _, Vh = svd(C, full_matrices=True)
     R, used = _complete(U[:, rank:], Vh[rank:].T, chain, center=center, da=da, db=db, rank_rtol=rank_rtol)
@@ -572,8 +586,9 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
     cross-covariances), ``"factored"`` (from kept rows, in the cost of the rank: see
     :mod:`ftlab.transfer.factored`; dense where the statistics keep no rows) or ``"auto"`` (factored
     for maps at least 256 wide whose statistics hold fewer rows than their width). Both give the same
-    map wherever the statistics and the completion rule decide it. A :class:`RankWarning` names the
-    map and its rank whenever the rank is below ``min(d_A, d_B)``.
+    map wherever the statistics and the completion rule decide it. Where the rank is below
+    ``min(d_A, d_B)``, :attr:`MapFit.note` says so in one line (methods summarise these notes in one
+    :class:`RankWarning` per fit).
     """
     check_range("whiten_p", whiten_p, 0.0, 0.5)
     check_choice("solver", solver, ("auto", "dense", "factored"))
@@ -590,14 +605,6 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
     R, rank, sv, used = got
     prec = _precision(stats)
     zero = rank == 0 and not (sv.numel() and float(sv[0]) > 0)
-    if zero:
-        how = ", ".join(label for label, _ in chain) or "the SVD's arbitrary choice"
-        warnings.warn(f"{name}: the {source} cross-covariance is zero (no signal reached this point); completed with "
-                      f"{how}", RankWarning, stacklevel=2)
-    elif rank < k:
-        filled = ", ".join(f"{label} ({d})" for label, d in used) or "nothing"
-        warnings.warn(f"{name}: the {source} map is fitted from {stats.n} rows (rank {rank} of {k} at {prec} precision); "
-                      f"the other {k - rank} dimensions are completed with {filled}", RankWarning, stacklevel=2)
     diag = _fit_diagnostics(stats, R, center)
     similarity = _similarity(stats, sv, center) if whiten_p == 0 and not zero else math.nan
     if isinstance(stats, SumMoments):  # a shared map: the mean alignment of its parts (diagnostics only: extra SVDs)
@@ -607,4 +614,4 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
             similarity = math.fsum(procrustes_similarity(p, center) for p in parts) / len(parts)  # type: ignore[arg-type]
     return MapFit(R, source, stats.n, rank, diag["residual"], diag["residual_naive"], diag["cka"], diag["cka_naive"],
                   diag["cka_fit"], converged=not zero, n_iter=0 if zero else 1, dims=k, completed=tuple(used),
-                  precision=prec, similarity=similarity)
+                  precision=prec, similarity=similarity, name=name)

@@ -38,16 +38,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from ftlab.core.geometry import cka_from_moments
-from ftlab.core.stats import CrossMoments
+from ftlab.core.stats import CrossMoments, RowMoments
 from ftlab.core.validate import check_choice, check_positive, check_range
-from ftlab.transfer.align import MapFit, SumMoments, fit_map, naive_map, procrustes_similarity
+from ftlab.transfer.align import MapFit, RankWarning, SumMoments, fit_map, naive_map, procrustes_similarity
 from ftlab.transfer.methods.registry import Calibration, Requirements, Statistics, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
@@ -189,48 +190,102 @@ class ProcrustesTransfer:
         o = self.options
         return {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol, "solver": o.solver}
 
-    def _fit_depthwise(self, tp: str, point: Point, stats) -> tuple[MapFit | None, MapFit | None]:
-        """One channel map for both sides, so the kernel stays depthwise; each side reports its own alignment."""
+    def _jobs(self, tp: str, point: Point, stats) -> list[tuple[str, Any, tuple, str, str]]:
+        """The solves of one point: ``(side, statistics, completion chain, source label, name)``."""
         o, prim = self.options, _primary(self.options, point)
-        parts = [stats[(tp, side, prim[side])] for side in ("in", "out") if prim[side] is not None]
-        if not parts:
-            return (None, None)
-        label = "+".join(f"{side}:{prim[side]}" for side in ("in", "out") if prim[side] is not None)
-        fit = fit_map(parts[0] if len(parts) == 1 else SumMoments(parts), source=label, name=f"{tp} (channels)",
-                      completion=(("naive", None),) if o.complete != "none" else (), **self._fit_kw())
-        if len(parts) == 1:
-            return (fit, fit)
-        sides = []
-        for part in parts:
-            diag = isinstance(part, CrossMoments) and part.second
-            sides.append(dataclasses.replace(fit, similarity=procrustes_similarity(part, o.center) if diag else math.nan,
-                                             cka=cka_from_moments(part) if diag else math.nan))
-        return (sides[0], sides[1])
-
-    def _fit_point(self, tp: str, point: Point, stats) -> tuple[MapFit | None, MapFit | None]:
-        if point.kind == "depthwise":
-            return self._fit_depthwise(tp, point, stats)
-        prim = _primary(self.options, point)
-        fits: list[MapFit | None] = []
+        if point.kind == "depthwise":  # one channel map for both sides, so the kernel stays depthwise
+            parts = [stats[(tp, side, prim[side])] for side in ("in", "out") if prim[side] is not None]
+            if not parts:
+                return []
+            label = "+".join(f"{side}:{prim[side]}" for side in ("in", "out") if prim[side] is not None)
+            chain: tuple = (("naive", None),) if o.complete != "none" else ()
+            return [("channels", parts[0] if len(parts) == 1 else SumMoments(parts), chain, label, f"{tp} (channels)")]
+        jobs = []
         for side in ("in", "out"):
             src = prim[side]
-            if src is None:
-                fits.append(None)
-                continue
-            chain = tuple((c, None if c == "naive" else stats[(tp, side, c)])
-                          for c in completion_chain(self.options, side, src, point))
-            fits.append(fit_map(stats[(tp, side, src)], source=src, name=f"{tp} ({side})", completion=chain,
-                                **self._fit_kw()))
-        return (fits[0], fits[1])
+            if src is not None:
+                chain = tuple((c, None if c == "naive" else stats[(tp, side, c)])
+                              for c in completion_chain(o, side, src, point))
+                jobs.append((side, stats[(tp, side, src)], chain, src, f"{tp} ({side})"))
+        return jobs
+
+    def _depthwise_pair(self, fit: MapFit, parts) -> tuple[MapFit, MapFit]:
+        """One shared channel map; each side reports the alignment of its own statistic."""
+        sides = []
+        for part in parts:
+            diag = isinstance(part, (CrossMoments, RowMoments)) and part.second
+            sides.append(dataclasses.replace(
+                fit, similarity=procrustes_similarity(part, self.options.center) if diag else math.nan,
+                cka=cka_from_moments(part) if diag else math.nan))
+        return sides[0], sides[1]
 
     def prepare(self, problem: TransferProblem, stats: Statistics) -> FittedMaps:
-        """Fit the maps from ``stats[(target_point, side, statistic)]`` (:mod:`ftlab.transfer.calibrate`)."""
+        """Fit the maps from ``stats[(target_point, side, statistic)]`` (:mod:`ftlab.transfer.calibrate`).
+
+        Solves that read the same statistics (the inputs of q, k and v) are done once; the solves run
+        in parallel on the intra-op threads torch has (each single-threaded); the maps whose statistics
+        leave dimensions undetermined are summarised in one :class:`~ftlab.transfer.align.RankWarning`.
+        """
         if problem.pairs is None or problem.target_spec is None:
             raise RuntimeError(f"{self.name}: the transfer problem has no paired capture points")
         if not isinstance(stats, Mapping):
             raise TypeError(f"{self.name}: prepare needs the calibration statistics (a mapping), got {type(stats).__name__}")
-        fits = {tp: self._fit_point(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
+        jobs = {tp: self._jobs(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
+        solved = solve_all([(st, chain, label, name) for js in jobs.values() for _, st, chain, label, name in js],
+                           self._fit_kw())
+        fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
+        for tp, js in jobs.items():
+            got = {side: solved[name] for side, _, _, _, name in js}
+            if "channels" in got:
+                st = js[0][1]
+                fits[tp] = self._depthwise_pair(got["channels"], st.parts) if isinstance(st, SumMoments) else \
+                    (got["channels"], got["channels"])
+            else:
+                fits[tp] = (got.get("in"), got.get("out"))
+        warn_rank([f for pair in fits.values() for f in {id(x): x for x in pair if x is not None}.values()])
         return FittedMaps(problem, fits)
+
+
+def solve_all(jobs: list[tuple[Any, tuple, str, str]], kw: dict) -> dict[str, MapFit]:
+    """``{name: fit}`` for ``(statistics, chain, source label, name)`` jobs; jobs on the same statistics and chain
+    share one solve. Solves run in a pool of ``torch.get_num_threads()`` workers, torch single-threaded inside
+    (LAPACK releases the GIL); results do not depend on the number of workers."""
+    import concurrent.futures as cf
+
+    from ftlab.core.progress import progress
+
+    unique: dict[tuple, list[tuple[str, str]]] = {}
+    args: dict[tuple, tuple] = {}
+    for st, chain, label, name in jobs:
+        key = (id(st), tuple((lab, id(c)) for lab, c in chain), label)
+        unique.setdefault(key, []).append((name, label))
+        args[key] = (st, chain, label, name)
+    threads = torch.get_num_threads()
+    out: dict[str, MapFit] = {}
+    torch.set_num_threads(1)
+    try:
+        with cf.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            futures = {pool.submit(fit_map, a[0], source=a[2], completion=a[1], name=a[3], **kw): key
+                       for key, a in args.items()}
+            for fut in progress(cf.as_completed(futures), desc="solves", total=len(futures)):
+                fit = fut.result()
+                for name, _ in unique[futures[fut]]:
+                    out[name] = fit if name == fit.name else dataclasses.replace(fit, name=name)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def warn_rank(fits: list[MapFit], top: int = 3) -> None:
+    """One :class:`~ftlab.transfer.align.RankWarning` for all maps the statistics do not fully determine: how many,
+    and the notes of the ``top`` least determined (every fit keeps its own note: ``MapFit.note``)."""
+    notes = [(1.0 - f.rank / f.dims if f.dims else 1.0, f.note) for f in fits if f.note]
+    if not notes:
+        return
+    worst = "; ".join(n for _, n in sorted(notes, key=lambda x: -x[0])[:top])
+    warnings.warn(f"{len(notes)} of {len(fits)} maps are determined on fewer dimensions than their width (the "
+                  f"completion rule fixes the rest; each fit's note and the report's layers say how); least determined: "
+                  f"{worst}", RankWarning, stacklevel=3)
 
 
 _BICO = "Son, Jung, Park, Baik. Bilinear Coordinate Alignment for Training-Free Task-Vector Transfer. arXiv:2605.28444"
