@@ -17,7 +17,9 @@ Two words replace a verdict where the claim cannot be judged as stated (:data:`N
 
 * **task-dependent** -- a claim pooled over strata (tasks, architectures) that is not significant on
   the pool while the strata disagree (Cochran's Q significant at ``alpha`` and I^2 >= 50%,
-  :func:`heterogeneity`): an average of opposite effects is neither "no effect" nor a lack of seeds;
+  :func:`heterogeneity`) and at least one stratum's mean effect lies outside ``[-margin, margin]``:
+  an average of practically relevant, different effects is neither "no effect" nor a lack of seeds
+  (strata that differ only inside the margin do not stop a "no effect");
 * **outside the premise** -- more than ``premise_tolerance`` of the runs behind the claim missed the
   premise the claim presupposes (e.g. a training-loss target); the fraction is always reported.
 
@@ -433,7 +435,8 @@ def judge_claims(evidence: Mapping[str, Evidence], *, alpha: float = 0.05, level
             verdict = "outside the premise"
         else:
             verdict = decide(t.mean, fam.low, fam.high, adj[k], margin=ev.margin, alpha=alpha)
-            if verdict in ("no effect", "inconclusive") and het is not None and het.significant(alpha):
+            relevant = het is not None and any(abs(m) > ev.margin for _, m, _, _ in het.strata if math.isfinite(m))
+            if verdict in ("no effect", "inconclusive") and relevant and het.significant(alpha):  # type: ignore[union-attr]
                 verdict = "task-dependent"
         out.append(Judgement(k, t.mean, t.low, t.high, raw[k][0], adj[k], t.n, float(ev.margin), verdict,
                              fam.low, fam.high, t.method, het, float(ev.premise_missed), raw[k][1]))

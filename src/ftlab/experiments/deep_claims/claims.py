@@ -64,7 +64,7 @@ PAPER = {
 }
 COLUMNS = ["level", "claim", "paper_statement", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm",
            "seeds", "verdict", "fam_low", "fam_high", "p", "q", "i2", "p_q", "strata", "premise_missed", "runs",
-           "pt_train_loss", "ft_train_loss", "power_2pt", "mde", "margin", "unit", "definition"]
+           "pt_train_loss", "ft_train_loss", "sd", "power_2pt", "mde", "margin", "unit", "definition"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,8 @@ class Primary:
 
     statistic : what is computed per seed; pools : the strata and their weights; direction : what a
     positive effect means; margin : the "no effect" margin (``unit``); requires : claim 4's second
-    part; pilot_sd : the per-seed standard deviation of the pooled statistic in the pilot (recorded,
-    ``nan`` before it); seeds : the evaluation seeds chosen from it (80% power for
-    :data:`POWER_EFFECT` at level 0.05/5, at least :data:`ftlab.experiments.verdicts.MIN_SEEDS`)."""
+    part; pilot_sd, pilot_n : the per-seed standard deviation of the pooled statistic in the pilot and
+    its number of seeds (recorded; docs/deep-pilot.csv)."""
 
     claim: int
     statistic: str
@@ -84,38 +83,52 @@ class Primary:
     margin: float
     unit: str
     pilot_sd: float = math.nan
+    pilot_n: int = 0
     requires: str = ""
 
+    def planning_sd(self) -> float:
+        """The pilot's standard deviation raised to its one-sided 80% upper confidence bound
+        (chi-square on ``pilot_n - 1`` degrees of freedom): a few pilot seeds underestimate it as often
+        as not, and seeds chosen from the point estimate would then miss their power half of the time."""
+        from scipy import stats
+
+        if self.pilot_n < 2 or not math.isfinite(self.pilot_sd):
+            return math.nan
+        df = self.pilot_n - 1
+        return self.pilot_sd * math.sqrt(df / float(stats.chi2.ppf(0.2, df)))
+
     def seeds_needed(self) -> int | None:
-        """Seeds for 80% power at :data:`POWER_EFFECT` (Holm over 5, Bonferroni bound); None for claim 4
-        (no accuracy effect to detect) or without a pilot."""
+        """Seeds for 80% power at :data:`POWER_EFFECT` (level 0.05/5, the Bonferroni bound of Holm over the
+        five) from :meth:`planning_sd`, at least :data:`ftlab.experiments.verdicts.MIN_SEEDS`; None for
+        claim 4 (no accuracy effect to power: its minimal detectable effect is reported) or without a pilot."""
         from ftlab.experiments.verdicts import seeds_for_power
 
-        if self.unit != "accuracy" or not math.isfinite(self.pilot_sd):
+        sd = self.planning_sd()
+        if self.unit != "accuracy" or not math.isfinite(sd):
             return None
-        return seeds_for_power(POWER_EFFECT, self.pilot_sd, m=len(PAPER), min_n=MIN_SEEDS)
+        return seeds_for_power(POWER_EFFECT, sd, m=len(PAPER), min_n=MIN_SEEDS)
 
 
 PRIMARIES: tuple[Primary, ...] = (
     Primary(1, "acc(kappa = 0.25 at PT initialization) - acc(kappa = 1), mean over n_FT",
             "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights", "positive = kappa < 1 helps",
-            ACC_MARGIN, "accuracy"),
+            ACC_MARGIN, "accuracy", pilot_sd=0.00741, pilot_n=6),
     Primary(2, "acc(s = 1) - acc(s = 0.25 at PT initialization), mean over n_FT",
             "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights", "positive = s < 1 hurts",
-            ACC_MARGIN, "accuracy"),
+            ACC_MARGIN, "accuracy", pilot_sd=0.01305, pilot_n=6),
     Primary(3, "acc(gamma < 1) - acc(gamma = 1) for the fresh readout, mean over gamma < 1 and n_FT in {30, 100}",
             "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights", "positive = gamma < 1 helps",
-            ACC_MARGIN, "accuracy"),
+            ACC_MARGIN, "accuracy", pilot_sd=0.00124, pilot_n=6),
     Primary(4, "among the interventions that improved accuracy (selected on the other seeds), the compression "
                "-(log PR - log PR of the baseline) of the centred pooled features after fine-tuning, n_FT = 100",
             "6 strata: 2 vision architectures x 3 fine-tuning tasks, equal weights",
-            "positive = successful interventions compress", PR_MARGIN, "log PR",
+            "positive = successful interventions compress", PR_MARGIN, "log PR", pilot_sd=0.0511, pilot_n=6,
             requires=f"and their linear CKA with the unintervened PT network minus the baseline's above "
                      f"{ALIGN_BOUND:g} (intersection-union test)"),
     Primary(5, "acc(b < 0) - acc(b = 0), b set at the start of fine-tuning (after the fresh readout), mean over "
                "b in {-0.9, -0.5}",
             "6 strata: the moduli 3, 5, 10 (factor reuse) and 7, 11, 14 (new prime factors), equal weights",
-            "positive = lower balancedness helps", ACC_MARGIN, "accuracy"),
+            "positive = lower balancedness helps", ACC_MARGIN, "accuracy", pilot_sd=0.03433, pilot_n=12),
 )
 
 
@@ -402,7 +415,7 @@ def _judge_level(rows: list[Row]) -> list[dict]:
                     "fam_high": j.fam_high, "p": j.p, "q": het.q if het else math.nan,
                     "i2": het.i2 if het else math.nan, "p_q": het.p if het else math.nan, "strata": strata,
                     "premise_missed": j.premise_missed, "runs": r.runs, "pt_train_loss": r.pt_loss,
-                    "ft_train_loss": r.ft_loss,
+                    "ft_train_loss": r.ft_loss, "sd": sd,
                     "power_2pt": power(POWER_EFFECT, sd, j.n, m=m) if r.unit == "accuracy" else math.nan,
                     "mde": minimal_detectable_effect(sd, j.n, m=m), "margin": j.margin, "unit": r.unit,
                     "definition": r.definition})
@@ -412,7 +425,8 @@ def _judge_level(rows: list[Row]) -> list[dict]:
 def claims_table(rows: list[Row]) -> pd.DataFrame:
     """Judge ``rows`` level by level (primaries, secondary rows, ftlab's own findings: three Holm families)
     and return them in that order with :data:`COLUMNS`; ``strata`` lists a pooled row's per-stratum effects
-    (accuracy points, or log PR); ``power_2pt`` is the power for a 2-point effect
+    (accuracy points, or log PR); ``sd`` is the per-seed standard deviation of the effect (what a pilot
+    records to choose seeds); ``power_2pt`` is the power for a 2-point effect
     and ``mde`` the minimal detectable effect (80% power, level 0.05 over the family), both at the row's
     seeds and its own per-seed standard deviation."""
     out: list[dict] = []
@@ -425,7 +439,9 @@ def claims_table(rows: list[Row]) -> pd.DataFrame:
 
 def primaries_table() -> pd.DataFrame:
     """The declared primary tests (:data:`PRIMARIES`) as a table: claim, statistic, pooling, direction,
-    margin and unit, the pilot's per-seed standard deviation and the seeds it asks for."""
+    margin and unit, the pilot's seeds and per-seed standard deviation, its planning bound and the seeds
+    it asks for."""
     return pd.DataFrame([{"claim": p.claim, "statistic": p.statistic + (f", {p.requires}" if p.requires else ""),
                           "pools": p.pools, "direction": p.direction, "margin": p.margin, "unit": p.unit,
-                          "pilot_sd": p.pilot_sd, "seeds_for_80pct_power": p.seeds_needed()} for p in PRIMARIES])
+                          "pilot_n": p.pilot_n, "pilot_sd": p.pilot_sd, "planning_sd": p.planning_sd(),
+                          "seeds_for_80pct_power": p.seeds_needed()} for p in PRIMARIES])

@@ -109,7 +109,7 @@ class ModularGrid:
 
 QUICK = (ModularProtocol(lrs=(3e-3,), pt_steps=400, ft_steps=300),
          ModularGrid(seeds=(0, 1), reuse=(5,), new=(7,), balancedness=(-0.9, 0.0, 0.9)))
-FULL = (ModularProtocol(), ModularGrid(seeds=tuple(range(12))))
+FULL = (ModularProtocol(), ModularGrid(seeds=tuple(range(58))))  # 80% power for 2 points (docs/deep-pilot.csv)
 
 
 def _prime_factors(n: int) -> set[int]:
@@ -268,7 +268,8 @@ def run_modular(proto: ModularProtocol, grid: ModularGrid, out_dir, *, workers=N
     tune_arms = arms if proto.lr_per_arm else [ref_ft]
     need = {None if w == "post" else b for w, b in tune_arms}  # PT networks the tuning seed's FT runs start from
     pts = [dict(seed=s, b_init=b, lr=pt_lr[key(b if proto.lr_per_arm else ref_b)], protocol=pdict, cache=cache)
-           for s in (proto.tune_seed, *grid.seeds) for b in b_inits if s != proto.tune_seed or b in need]
+           for s in (proto.tune_seed, *grid.seeds) for b in b_inits
+           if s != proto.tune_seed or (len(proto.lrs) > 1 and b in need)]  # the tuning seed: what its FT tuning needs
     pt = sweep(pretrain_point, pts, "modular_pt", "deep: modular pretrain")
     pts = [dict(seed=proto.tune_seed, p=proto.tune_p, when=w, b=b, lr=lr, protocol=pdict, cache=cache)
            for w, b in tune_arms for lr in proto.lrs]

@@ -151,8 +151,8 @@ class VisionGrid:
 QUICK = (VisionProtocol(n_pt=500, pt_epochs=30, pt_lrs=(0.05,), ft_lrs=(0.01,), ft_max_steps=150, n_test=500,
                         n_geometry=128, geometry_at=100),
          VisionGrid(seeds=(0, 1), n_ft=(30, 100), kappa=(0.25,), s=(0.25,), gamma=(0.1,)))
-FULL = (VisionProtocol(),
-        VisionGrid(seeds=tuple(range(8)), n_ft=(30, 100), gamma=(0.03, 0.1, 0.3, 3.0)))
+FULL = (VisionProtocol(),  # 24 seeds: 15 give 80% power for 2 points (docs/deep-pilot.csv); the rest buys precision
+        VisionGrid(seeds=tuple(range(24)), n_ft=(30, 100), gamma=(0.03, 0.1, 0.3, 3.0)))
 
 
 def arms(grid: VisionGrid, *, gamma_default: float = 1.0) -> list[Arm]:
@@ -262,7 +262,8 @@ def _rebalance_at_start_(model: torch.nn.Module, arch: str, kappa: float, probe:
     included), last before training: the result is the exact rebalance of the baseline's starting
     network. Measures the weight factors of the first layer and of the readout and the relative change
     of the outputs on ``probe``; raises ``RuntimeError`` unless the first layer moved in kappa's
-    direction by the rebalance's own factor, the readout by its factor, and the function held (1e-3)."""
+    direction by the rebalance's own factor, the readout by its factor, and the function held (1e-3; 2e-2
+    in (a), whose BatchNorm keeps it only up to its ``eps``, which weighs more on rescaled statistics)."""
     from ftlab.deep import find_readout
 
     name = find_readout(model)[0]
@@ -279,7 +280,8 @@ def _rebalance_at_start_(model: torch.nn.Module, arch: str, kappa: float, probe:
     stem = float(params[first].detach().double().norm()) / norms[first]
     read = float(params[name + ".weight"].detach().double().norm()) / norms[name + ".weight"]
     change = float((after - before).abs().max() / before.abs().max().clamp_min(1e-12))
-    intended = (math.isclose(stem, rec.units[0].factor, rel_tol=1e-4) and change < 1e-3
+    tol = 1e-3 if arch != "resnet18" else 2e-2  # (a): BatchNorm's eps weighs more on rescaled statistics
+    intended = (math.isclose(stem, rec.units[0].factor, rel_tol=1e-4) and change < tol
                 and math.isclose(read, rec.factor(name), rel_tol=1e-4) and (kappa == 1 or (stem - 1) * (kappa - 1) > 0))
     if not intended:
         raise RuntimeError(f"kappa={kappa} after pretraining did not hold at the start of fine-tuning ({arch}): "
@@ -455,8 +457,8 @@ def run_vision(proto: VisionProtocol, grid: VisionGrid, out_dir, *, workers=None
     tune_ft = all_arms if proto.lr_per_arm else [BASELINE]
     pts = [dict(arch=a, seed=s, knob=k, value=v, lr=_rate(pt_lr, proto, a, (k, "init", v)), protocol=pdict, cache=cache)
            for a in proto.archs for s in (proto.tune_seed, *grid.seeds) for k, _, v in pt_arms
-           if s != proto.tune_seed or (k, v) in {(t[0], t[2]) for t in map(_pt_arm, tune_ft)}]  # tuning seed: tuned arms
-    _require_checkpoints(out / "vision_pt.jsonl", pts)
+           if s != proto.tune_seed or (len(proto.ft_lrs) > 1 and (k, v) in {(t[0], t[2]) for t in map(_pt_arm, tune_ft)})]
+    _require_checkpoints(out / "vision_pt.jsonl", pts)  # (the tuning seed: only the arms its FT tuning starts from)
     pt = sweep(pretrain_point, pts, "vision_pt", "deep: pretrain")
     pts = [dict(arch=a, seed=proto.tune_seed, task=proto.ft_tune_task, n_ft=proto.ft_tune_n, knob=k, when=w,
                 value=v, lr=lr, protocol=pdict, cache=cache) for a in proto.archs for k, w, v in tune_ft
