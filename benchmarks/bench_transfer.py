@@ -1,34 +1,39 @@
-"""BiCo on a randomly initialised ViT-B/16-sized model (width 768, 12 layers, MLP 3072), CPU.
+"""The cost of a BiCo fit against the forward-backward pass it rests on, side by side in one run.
 
-Measures, side by side in one run:
+Compared in every part: ftlab's default path (rows kept for wide maps seen by few rows, factored
+solves, parallel solves) and the **reference**, today's path kept runnable by two options
+(``statistics="dense"``: float64 cross-covariance sums for every map; ``solver="dense"``: SVDs of the
+full ``d_A x d_B`` cross-covariances, with the same completion rule).
 
-1. the calibration pass with capture (both base models, forward + backward, streaming
-   cross-covariances) against a plain forward + backward (``loss.backward()``) of both models over
-   the same batches (goal: <= 1.3x), with float64 batch products (the default) and with float32
-   staging (opt-in);
-2. the time of all Procrustes solves of the transfer, from the real statistics of (1): each
-   distinct map shape is solved once and its time multiplied by the number of maps of that shape;
-   and, for one rank-deficient map, the cost of the completion rule;
-3. the peak resident memory of the calibration pass (float64 default) at 100 and at 1000
-   calibration samples, each in a fresh subprocess (goal: within 10%);
-4. the accuracy cost of float32 staging: the relative error of the transferred task vector on an
-   exact unit-permuted copy of a float32 ViT (width 64, 4 layers), and of a self-transfer, with
-   float64 products and with float32 staging, with and without the completion rule.
+1. **EfficientNet-Lite0 -> Lite2** (ImageNet weights; skipped when the weight packages are missing):
+   100 random 64-px images in batches of 25, a 10-class head on the pooled features; a plain
+   forward + backward of both bases over the same batches, the reference fit and the default fit
+   (calibration, solves, transport), 2 threads. Peak memory of each fit in a fresh process.
+2. **ViT-B/16-sized** random models (width 768, 12 layers, MLP 3072), 2 batches of 8 images of 64 px
+   (272 token rows), 1 thread: calibration (reference and default) against a plain forward +
+   backward; all solves of the default path; the reference solves timed once per distinct map
+   (shape, statistic, completion chain) and multiplied by its count.
+3. **Scaling**: Llama-style decoders built from ``transformers`` configs (2 layers, grouped-query
+   attention, hidden width 256 -> 2048) at a fixed 128 token rows, and at width 1024 from 64 to 2048
+   rows; fit time, calibration time and peak memory, each point in a fresh process; a log-log plot
+   and the fitted exponents.
+4. **GPU** (when CUDA is available): the ViT-B/16-sized fit with the models on the GPU.
+5. **Accuracy**: the relative error of the transferred task vector on an exact permuted copy and a
+   self-transfer (a float32 OpenCLIP-style ViT), for the default and the reference path.
 
-Small images keep it short (the token count per image does not change what is compared).
-Writes the ``transfer`` section of docs/benchmarks.md.
-
-Usage: ``python benchmarks/bench_transfer.py [--image 64] [--batch 8] [--batches 2]``
-(run it under ``flock /tmp/ftlab-cpu.lock`` on a shared machine).
+Usage: ``python benchmarks/bench_transfer.py [--quick]`` (``--quick``: small sizes, no docs written).
+Writes the ``transfer`` section of docs/benchmarks.md and docs/figures/transfer-scaling.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -38,10 +43,14 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_section  # noqa: E402
+from ftlab.core.validate import peak_rss_mb  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = {"statistics": "dense", "solver": "dense"}
 
 
 class ViT(nn.Module):
-    """A plain-torch ViT-B/16: patch conv, CLS token, learned positions, 12 pre-LN encoder layers."""
+    """A plain-torch ViT-B/16: patch conv, CLS token, learned positions, pre-LN encoder layers."""
 
     def __init__(self, *, image: int, width: int = 768, depth: int = 12, heads: int = 12, mlp: int = 3072,
                  patch: int = 16, classes: int = 10, seed: int = 0):
@@ -69,71 +78,271 @@ def ce_loss(model, batch):
     return F.cross_entropy(model(x), y)
 
 
-def make_batches(n_batches: int, batch: int, image: int, seed: int = 0):
+def lm_loss(model, batch):
+    return model(**batch).loss
+
+
+def image_batches(n_batches: int, batch: int, image: int, seed: int = 0, device: str = "cpu"):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, 3, image, image, generator=g), torch.randint(0, 10, (batch,), generator=g))
-            for _ in range(n_batches)]
+    return [(torch.randn(batch, 3, image, image, generator=g).to(device),
+             torch.randint(0, 10, (batch,), generator=g).to(device)) for _ in range(n_batches)]
 
 
-def calibrate(A, B, batches, batch_dtype="float64"):
-    """The BiCo calibration pass as ``fit_transfer`` runs it (``batch_dtype``: "float64", or "float32" staging).
-
-    Returns ``(stats, seconds)``.
-    """
-    from ftlab.transfer import TransferOptions
-    from ftlab.transfer.api import pair_points, target_entries
-    from ftlab.transfer.batches import CalibrationData
-    from ftlab.transfer.calibrate import collect_map_statistics
-    from ftlab.transfer.layer_map import build_layer_map
-    from ftlab.transfer.methods import get_method
-    from ftlab.transfer.problem import TransferProblem
-    from ftlab.transfer.spec import infer_spec
-
-    m = get_method("bico")
-    spec_a, spec_b = infer_spec(A), infer_spec(B)
-    lmap = build_layer_map(A, B)
-    pairs = pair_points(spec_a, spec_b, lmap)
-    problem = TransferProblem(lmap, target_entries(B), spec_a, spec_b, pairs)
-    reqs = {tp: m.requirements(spec_b.points[tp]) for tp in pairs}
-    opts = TransferOptions(batch_dtype=batch_dtype)
-    t0 = time.perf_counter()
-    stats, _ = collect_map_statistics(problem, reqs, A, B, CalibrationData(batches), ce_loss, opts)
-    return stats, time.perf_counter() - t0
-
-
-def plain(A, B, batches) -> float:
+def plain(models, batches, loss) -> float:
+    """One forward + backward of each model over the batches (weight gradients included)."""
     t0 = time.perf_counter()
     for b in batches:
-        for model in (A, B):
-            model.zero_grad(set_to_none=True)
-            ce_loss(model, b).backward()
-    for model in (A, B):
-        model.zero_grad(set_to_none=True)
+        for m in models:
+            loss(m, b).backward()
+    for m in models:
+        m.zero_grad(set_to_none=True)
+    _sync()
     return time.perf_counter() - t0
 
 
-def memory_child(n_samples: int, batch: int, image: int, size: dict) -> None:
-    from ftlab.transfer.api import _peak_rss_mb
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def shifted(model, scale=1e-3, seed=0):
+    import copy
+
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g).to(p))
+    return out
+
+
+def fit(A, A_ft, B, batches, loss, reference: bool):
+    from ftlab.transfer import TransferOptions, fit_transfer, get_method
+
+    m = get_method("bico", solver="dense" if reference else "auto")
+    opts = TransferOptions(statistics="dense" if reference else "auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = fit_transfer(A, A_ft, B, batches, loss, method=m, options=opts)
+    _sync()
+    return res
+
+
+def child(args: list[str]) -> dict:
+    """Run this script with ``args`` in a fresh process; its last stdout line is JSON."""
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"child {args} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- 1. EfficientNet-Lite0 -> Lite2 -----------------------------------------------------------------------
+
+
+class Classifier(nn.Module):
+    def __init__(self, enc, classes=10):
+        super().__init__()
+        self.enc, self.head = enc, nn.Linear(1280, classes)
+
+    def forward(self, x):
+        return self.head(self.enc.features(x))
+
+
+def lite_models(device="cpu"):
+    from ftlab.experiments.transfer_accuracy.vision import load_efficientnet
+
+    torch.manual_seed(0)
+    A, B = Classifier(load_efficientnet("lite0")).eval(), Classifier(load_efficientnet("lite2")).eval()
+    return A.to(device), shifted(A, seed=1).to(device), B.to(device)
+
+
+def lite_child(reference: bool) -> dict:
+    torch.set_num_threads(2)
+    A, A_ft, B = lite_models()
+    res = fit(A, A_ft, B, image_batches(4, 25, 64), ce_loss, reference)
+    return {"peak_rss_mb": peak_rss_mb(), "time_s": res.time_s}
+
+
+def lite_part(repeat: int) -> dict | None:
+    try:
+        A, A_ft, B = lite_models()
+    except Exception as exc:  # noqa: BLE001 - weights not installed: the part is skipped and says why
+        print(f"EfficientNet-Lite part skipped: {exc}")
+        return None
+    torch.set_num_threads(2)
+    batches = image_batches(4, 25, 64)
+    rows = []
+    for _ in range(repeat):  # interleaved; best of each
+        rows.append({"plain": plain((A, B), batches, ce_loss), "ref": fit(A, A_ft, B, batches, ce_loss, True),
+                     "new": fit(A, A_ft, B, batches, ce_loss, False)})
+    best = {"plain": min(r["plain"] for r in rows)}
+    for k in ("ref", "new"):
+        r = min((x[k] for x in rows), key=lambda res: res.time_s)
+        best[k] = {**r.timings, "total_s": r.time_s}
+    ref_tv, new_tv = rows[-1]["ref"].task_vector, rows[-1]["new"].task_vector
+    best["agreement"] = (sum(float((ref_tv[k] - new_tv[k]).double().pow(2).sum()) for k in ref_tv) ** 0.5
+                         / ref_tv.norm())
+    best["mem"] = {k: child(["--lite-child", k])["peak_rss_mb"] for k in ("ref", "new")}
+    return best
+
+
+# --- 2. ViT-B/16-sized ----------------------------------------------------------------------------------
+
+
+def vit_problem(A, B):
+    from ftlab.transfer.api import pair_points, target_entries
+    from ftlab.transfer.layer_map import build_layer_map
+    from ftlab.transfer.problem import TransferProblem
+    from ftlab.transfer.spec import infer_spec
+
+    sa, sb = infer_spec(A), infer_spec(B)
+    lmap = build_layer_map(A, B)
+    return TransferProblem(lmap, target_entries(B), sa, sb, pair_points(sa, sb, lmap))
+
+
+def calibrate(problem, A, B, batches, reference: bool):
+    from ftlab.transfer import TransferOptions, get_method
+    from ftlab.transfer.batches import CalibrationData
+    from ftlab.transfer.calibrate import collect_map_statistics
+
+    m = get_method("bico")
+    reqs = {tp: m.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
+    opts = TransferOptions(statistics="dense" if reference else "auto")
+    t0 = time.perf_counter()
+    stats, _ = collect_map_statistics(problem, reqs, A, B, CalibrationData(batches), ce_loss, opts)
+    _sync()
+    return stats, time.perf_counter() - t0
+
+
+def reference_solves(problem, stats) -> tuple[float, dict]:
+    """Today's solves: each distinct (shape, statistic, chain) once with the dense solver, times its count."""
+    from ftlab.transfer import get_method
+    from ftlab.transfer.align import fit_map
+
+    m = get_method("bico")
+    groups: Counter = Counter()
+    example = {}
+    for tp in problem.pairs:  # today's code solved every map, also those that read the same statistics
+        for _, st, chain, label, _ in m.solves(tp, problem.target_spec.points[tp], stats):
+            key = (st.a.dim, st.b.dim, label, tuple(lab for lab, _ in chain))
+            groups[key] += 1
+            example.setdefault(key, (st, chain, label))
+    per = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for key, (st, chain, label) in example.items():
+            t0 = time.perf_counter()
+            fit_map(st, source=label, completion=chain, solver="dense")
+            per[key] = time.perf_counter() - t0
+    return sum(per[k] * c for k, c in groups.items()), {k: (c, per[k]) for k, c in groups.items()}
+
+
+def vit_part(image: int, batch: int, n_batches: int, size: dict, device: str = "cpu") -> dict:
+    from ftlab.transfer import get_method
 
     torch.set_num_threads(1)
-    A, B = ViT(image=image, seed=0, **size).eval(), ViT(image=image, seed=1, **size).eval()
-    stats, _ = calibrate(A, B, make_batches(n_samples // batch, batch, image, seed=n_samples))
-    for st in stats.values():  # flush any staged products into the float64 sums, as the solves do
-        st.covariance()
-    print(json.dumps({"peak_rss_mb": _peak_rss_mb()}))
+    A = ViT(image=image, seed=0, **size).to(device)
+    B = ViT(image=image, seed=1, **size).to(device)
+    batches = image_batches(n_batches, batch, image, device=device)
+    problem = vit_problem(A, B)
+    out = {"plain": min(plain((A, B), batches, ce_loss) for _ in range(2))}
+    _, out["cal_ref"] = calibrate(problem, A, B, batches, True)
+    stats_ref, _ = calibrate(problem, A, B, batches, True)
+    stats, out["cal_new"] = calibrate(problem, A, B, batches, False)
+    m = get_method("bico")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        fitted = m.prepare(problem, stats)
+        _sync()
+        out["solve_new"] = time.perf_counter() - t0
+    out["factored"] = sum(1 for pair in fitted.fits.values() for f in pair if f is not None and hasattr(f.R, "rmul"))
+    out["maps"] = sum(1 for pair in fitted.fits.values() for f in pair if f is not None)
+    if device == "cpu":
+        out["solve_ref"], out["per_shape"] = reference_solves(problem, stats_ref)
+    out["rows"] = n_batches * batch * ((image // 16) ** 2 + 1)
+    return out
 
 
-def permuted_copy_errors(seed: int = 0) -> list[tuple[str, str, float, float]]:
+# --- 3. scaling with width and rows -----------------------------------------------------------------------
+
+
+def llama(width: int, seed: int):
+    import transformers
+
+    heads = max(2, width // 64)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=width, intermediate_size=int(2.75 * width) // 8 * 8,
+                                   num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 2,
+                                   max_position_embeddings=4096, tie_word_embeddings=False, attn_implementation="eager")
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def scaling_child(width: int, rows: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
+    A, B = llama(width, 0), llama(width, 1)
+    A_ft = shifted(A, seed=2)
+    seq = 32
+    g = torch.Generator().manual_seed(3)
+    batches = [{"input_ids": (x := torch.randint(0, 256, (max(1, min(4, rows // seq)), seq), generator=g)), "labels": x}
+               for _ in range(max(1, rows // (seq * 4)))]
+    res = fit(A, A_ft, B, batches, lm_loss, False)
+    t_plain = plain((A, B), batches, lm_loss)
+    return {"width": width, "rows": sum(int(b["input_ids"].numel()) for b in batches), "plain_s": t_plain,
+            "calibration_s": res.timings["calibration_s"], "fit_s": res.timings["fit_s"], "total_s": res.time_s,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def slope(xs, ys) -> float:
+    import numpy as np
+
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def scaling_part(widths, rows_list, width_for_rows: int, threads: int) -> dict:
+    by_width = [child(["--scaling-child", str(w), "128", str(threads)]) for w in widths]
+    by_rows = [child(["--scaling-child", str(width_for_rows), str(r), str(threads)]) for r in rows_list]
+    return {"width": by_width, "rows": by_rows}
+
+
+def scaling_figure(sc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "width", "hidden width"), (axes[1], "rows", "calibration rows (tokens)")):
+        pts = sc[key]
+        x = [p[key] for p in pts]
+        for field, name in (("fit_s", "solves"), ("calibration_s", "calibration pass"), ("plain_s", "forward+backward")):
+            ax.loglog(x, [p[field] for p in pts], "o-", label=f"{name} (slope {slope(x, [p[field] for p in pts]):.2f})")
+        ax2 = ax.twinx()
+        ax2.loglog(x, [p["peak_rss_mb"] for p in pts], "k--", alpha=0.5)
+        ax2.set_ylabel("peak memory (MB), dashed")
+        ax.set_xlabel(label)
+        ax.set_ylabel("seconds")
+        ax.legend(fontsize=8, loc="upper left")
+    axes[0].set_title("Llama-style decoders, 128 rows")
+    axes[1].set_title(f"width {sc['rows'][0]['width']}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- 5. accuracy ----------------------------------------------------------------------------------------
+
+
+def permuted_copy_errors(seed: int = 0) -> list[tuple[str, float, float]]:
     """Relative error of tau_B on an exact unit-permuted copy and on a self-transfer (float32 models).
 
-    A 4-layer OpenCLIP-style ViT (width 64, 4 heads, MLP 256, a bare ``x @ proj``, LayerNorms) in
-    float32; B permutes every hidden space (heads kept whole). 256 images of 16 px in 8 batches.
-    Returns ``(batch_dtype, complete, error on the permuted copy, error of the self-transfer)``.
+    A 4-layer OpenCLIP-style ViT (width 64, 4 heads, MLP 256, a bare ``x @ proj``) in float32; B permutes
+    every hidden space (heads kept whole). 256 images of 16 px in 8 batches.
     """
     import copy
-    import warnings
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "transfer"))
+    sys.path.insert(0, str(ROOT / "tests" / "transfer"))
     from test_transfer_exact import ClipViT, head_perm, permute_state, perturb_, rel_err, vit_axes
 
     from ftlab.transfer import TaskVector, transfer
@@ -157,129 +366,121 @@ def permuted_copy_errors(seed: int = 0) -> list[tuple[str, str, float, float]]:
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for bd in ("float64", "float32"):
-            for comp in ("auto", "none"):
-                tv = transfer(A, A_ft, B, batches, ce_loss, batch_dtype=bd, complete=comp)
-                ts = transfer(A, A_ft, copy.deepcopy(A), batches, ce_loss, batch_dtype=bd, complete=comp)
-                out.append((bd, comp, rel_err(tv, truth), rel_err(ts, {k: v.double() for k, v in tau.items()})))
+        for name, kw in (("default", {}), ("reference", REFERENCE)):
+            tv = transfer(A, A_ft, B, batches, ce_loss, **kw)
+            ts = transfer(A, A_ft, copy.deepcopy(A), batches, ce_loss, **kw)
+            out.append((name, rel_err(tv, truth), rel_err(ts, {k: v.double() for k, v in tau.items()})))
     return out
+
+
+# --- the report -----------------------------------------------------------------------------------------
+
+
+def _x(a: float, b: float) -> str:
+    return f"{a / b:.2f}x"
+
+
+def markdown(lite, vit, sc, gpu, errors, wall, quick) -> str:
+    parts = ["## Task-vector transfer (BiCo): the fit against the forward-backward it rests on", "",
+             "Reference = today's path kept runnable (`statistics=\"dense\"`, `solver=\"dense\"`); default = rows kept "
+             "for wide maps seen by few rows, factored solves, parallel solves. Ratios are to a plain forward + "
+             "backward of both bases over the same batches, measured in the same run."]
+    if lite is not None:
+        p = lite["plain"]
+        r, n = lite["ref"], lite["new"]
+        parts += ["", "### EfficientNet-Lite0 -> Lite2 (ImageNet weights), 100 images of 64 px in batches of 25, 2 threads",
+                  "", "| stage | reference | default | goal |", "|---|---|---|---|",
+                  f"| plain forward + backward, both bases | {p:.2f} s | | |",
+                  f"| calibration | {r['calibration_s']:.2f} s ({_x(r['calibration_s'], p)}) | "
+                  f"{n['calibration_s']:.2f} s (**{_x(n['calibration_s'], p)}**) | <= 2x |",
+                  f"| solves | {r['fit_s']:.2f} s ({_x(r['fit_s'], p)}) | {n['fit_s']:.2f} s ({_x(n['fit_s'], p)}) | |",
+                  f"| transport | {r['apply_s']:.2f} s | {n['apply_s']:.2f} s | |",
+                  f"| **whole fit** | {r['total_s']:.2f} s ({_x(r['total_s'], p)}) | {n['total_s']:.2f} s "
+                  f"(**{_x(n['total_s'], p)}**) | <= 4x |",
+                  f"| peak memory (fresh process) | {lite['mem']['ref']:.0f} MB | **{lite['mem']['new']:.0f} MB** "
+                  "| <= 1 GB |",
+                  "", f"The two task vectors differ by {lite['agreement']:.1e} (relative)."]
+    if vit is not None:
+        p = vit["plain"]
+        parts += ["", f"### ViT-B/16-sized random models, {vit['rows']} token rows, 1 thread", "",
+                  "| measurement | reference | default | goal |", "|---|---|---|---|",
+                  f"| plain forward + backward, both models | {p:.2f} s | | |",
+                  f"| calibration | {vit['cal_ref']:.2f} s ({_x(vit['cal_ref'], p)}) | {vit['cal_new']:.2f} s "
+                  f"(**{_x(vit['cal_new'], p)}**) | <= 1.6x |",
+                  f"| all solves ({vit['maps']} maps; {vit['factored']} factored by default) | "
+                  f"{vit.get('solve_ref', math.nan):.1f} s (per distinct map, times its count) | {vit['solve_new']:.1f} s "
+                  f"(**{100 * vit['solve_new'] / vit.get('solve_ref', math.nan):.1f}%**) | <= 5% |"]
+        if "per_shape" in vit:
+            shapes = "; ".join(f"{c} x {a}x{b} {lab} [{', '.join(ch)}]: {t:.2f} s" for (a, b, lab, ch), (c, t) in
+                               sorted(vit["per_shape"].items(), key=lambda kv: -kv[1][0] * kv[1][1]))
+            parts += ["", f"Reference solves per distinct map: {shapes}."]
+    if sc is not None:
+        w, r = sc["width"], sc["rows"]
+        xs = [p["width"] for p in w]
+        parts += ["", "### Scaling: Llama-style decoders (2 layers, grouped-query attention) from `transformers` configs",
+                  "",
+                  "| hidden width | rows | forward+backward | calibration | solves | whole fit | peak memory |",
+                  "|---|---|---|---|---|---|---|"]
+        parts += [f"| {p['width']} | {p['rows']} | {p['plain_s']:.2f} s | {p['calibration_s']:.2f} s | {p['fit_s']:.2f} s | "
+                  f"{p['total_s']:.2f} s | {p['peak_rss_mb']:.0f} MB |" for p in w + r]
+        parts += ["", f"Fitted exponents (log-log slope) against width at 128 rows: solves "
+                  f"{slope(xs, [p['fit_s'] for p in w]):.2f}, calibration {slope(xs, [p['calibration_s'] for p in w]):.2f}, "
+                  f"forward+backward {slope(xs, [p['plain_s'] for p in w]):.2f}, peak memory "
+                  f"{slope(xs, [p['peak_rss_mb'] for p in w]):.2f}; against rows at width {r[0]['width']}: solves "
+                  f"{slope([p['rows'] for p in r], [p['fit_s'] for p in r]):.2f}, calibration "
+                  f"{slope([p['rows'] for p in r], [p['calibration_s'] for p in r]):.2f}.",
+                  "", "![fit time and memory against width and rows](figures/transfer-scaling.png)"]
+    if gpu is not None:
+        parts += ["", "### On the GPU", "", f"ViT-B/16-sized, {gpu['rows']} token rows, models and batches on "
+                  f"{gpu['device']}: plain forward + backward {gpu['plain']:.3f} s, calibration {gpu['cal_new']:.3f} s "
+                  f"({_x(gpu['cal_new'], gpu['plain'])}), all solves {gpu['solve_new']:.2f} s ({gpu['factored']} of "
+                  f"{gpu['maps']} maps factored); statistics and solves stay on the device."]
+    rows_e = "\n".join(f"| {name} | {e:.1e} | {s:.1e} |" for name, e, s in errors)
+    parts += ["", "### Accuracy", "", "Relative error of the transferred task vector on an exact unit-permuted copy of a "
+              "float32 OpenCLIP-style ViT (width 64, 4 layers, MLP 256, bare `x @ proj`), 256 calibration images, and of a "
+              "self-transfer:", "", "| path | permuted copy | self-transfer |", "|---|---|---|", rows_e, "",
+              f"Whole benchmark: {wall:.0f} s wall{' (quick sizes)' if quick else ''}."]
+    return "\n".join(parts)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--image", type=int, default=64, help="image side for the timing runs (64 -> 16 patches + CLS)")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--batches", type=int, default=2, help="calibration batches in the timing runs")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run); docs are not written")
+    ap.add_argument("--parts", default="lite,vit,scaling,gpu,accuracy", help="comma-separated parts to run")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--mem-image", type=int, default=16, help="image side for the memory runs (16 -> 1 patch + CLS)")
-    ap.add_argument("--mem-batch", type=int, default=25)
-    ap.add_argument("--width", type=int, default=768, help="ViT width (MLP 4x, heads width/64); smaller for a smoke run")
-    ap.add_argument("--depth", type=int, default=12)
-    ap.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--lite-child", choices=["ref", "new"], help=argparse.SUPPRESS)
+    ap.add_argument("--scaling-child", nargs=3, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help="also write the raw measurements to this file")
     args = ap.parse_args()
-    size = {"width": args.width, "depth": args.depth, "heads": max(1, args.width // 64), "mlp": 4 * args.width}
-    if args.memory_child is not None:
-        memory_child(args.memory_child, args.mem_batch, args.mem_image, size)
+    if args.lite_child:
+        print(json.dumps(lite_child(args.lite_child == "ref")))
         return
-    import warnings
-
-    from ftlab.transfer.align import fit_map
-
-    t_start = time.perf_counter()
-    mem = {}  # first, in fresh processes (peak RSS of each child's own address space, VmHWM)
-    for n in (100, 1000):
-        out = subprocess.run([sys.executable, __file__, "--memory-child", str(n), "--mem-batch", str(args.mem_batch),
-                              "--mem-image", str(args.mem_image), "--width", str(args.width), "--depth", str(args.depth)],
-                             capture_output=True, text=True, check=True)
-        mem[n] = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
-    torch.set_num_threads(1)
-    A, B = ViT(image=args.image, seed=0, **size), ViT(image=args.image, seed=1, **size)
-    batches = make_batches(args.batches, args.batch, args.image)
-    rows = args.batches * args.batch * ((args.image // 16) ** 2 + 1)
-    t_plain, t_cap64, t_cap32, stats = [], [], [], None
-    for _ in range(args.repeat):  # interleaved, best of each
-        t_plain.append(plain(A, B, batches))
-        stats, t = calibrate(A, B, batches)
-        t_cap64.append(t)
-        _, t = calibrate(A, B, batches, batch_dtype="float32")
-        t_cap32.append(t)
-    assert stats is not None
-    # Procrustes: one plain solve per distinct shape (no completion), times the number of maps of that shape
-    # the maps BiCo fits: input activations and output gradients of every point (an accumulator may serve several)
-    prim = {k: st for k, st in stats.items() if (k[1], k[2]) in (("in", "act"), ("out", "grad"))}
-    shapes = Counter((st.a.dim, st.b.dim) for st in prim.values())
-    per_shape = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for shape in shapes:
-            key = next(k for k, st in prim.items() if (st.a.dim, st.b.dim) == shape)
-            t0 = time.perf_counter()
-            fit_map(prim[key], source="act", completion=())
-            per_shape[shape] = time.perf_counter() - t0
-        # the completion rule on a rank-deficient 768-wide gradient map (272 rows): the map, then its chain
-        w = args.width
-        key = next(k for k in prim if k[1] == "out" and (prim[k].a.dim, prim[k].b.dim) == (w, w))
-        act = stats[(key[0], "out", "act")]
-        t0 = time.perf_counter()
-        plain_fit = fit_map(stats[key], source="grad", completion=())
-        t_plain_solve = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        full_fit = fit_map(stats[key], source="grad", completion=(("act", act), ("naive", None)))
-        t_full_solve = time.perf_counter() - t0
-    t_solves = sum(per_shape[s] * c for s, c in shapes.items())
-    errors = permuted_copy_errors()
-    bp, b64, b32 = min(t_plain), min(t_cap64), min(t_cap32)
-    shape_txt = ", ".join(f"{c} x ({s[0]}x{s[1]}): {per_shape[s]:.2f} s each" for s, c in sorted(shapes.items()))
-    setup = (f"Randomly initialised plain-torch ViT (width {args.width}, {args.depth} pre-LN layers, {size['heads']} heads, "
-             f"MLP {size['mlp']}, patch 16; ViT-B/16 at the defaults) "
-             f"as both source and target, float32, CPU, 1 thread. Timing runs: {args.batches} calibration batches of "
-             f"{args.batch} images of {args.image}x{args.image} px ({rows} token rows per model), best of {args.repeat} "
-             f"interleaved repeats. Memory runs: {args.mem_image}x{args.mem_image} px images, batches of "
-             f"{args.mem_batch}, each run in a fresh process (peak resident memory, `VmHWM`): calibration pass and the "
-             "float64 statistics (default precision), no solves.")
-    rows_md = [
-        ("plain forward + backward, both models", f"{bp:.2f} s", ""),
-        ("calibration with capture, float64 batch products (**the default**, `batch_dtype=\"float64\"`)",
-         f"{b64:.2f} s (**{b64 / bp:.2f}x**)", "<= 1.3x"),
-        ("calibration with capture, float32 staging (opt-in, `batch_dtype=\"float32\"`)",
-         f"{b32:.2f} s ({b32 / bp:.2f}x)", ""),
-        (f"all Procrustes solves ({sum(shapes.values())} maps, float64 SVD, no completion)", f"{t_solves:.1f} s", ""),
-        (f"one {w} x {w} gradient map determined on {plain_fit.rank} of {w} dimensions: solve alone / with the "
-         f"completion rule ({', '.join(f'{a} {n}' for a, n in full_fit.completed)})",
-         f"{t_plain_solve:.2f} s / {t_full_solve:.2f} s", ""),
-        ("peak memory, 100 calibration samples", f"{mem[100]:.0f} MB", ""),
-        ("peak memory, 1000 calibration samples", f"{mem[1000]:.0f} MB (**{100 * (mem[1000] / mem[100] - 1):+.1f}%**)",
-         "within 10%"),
-    ]
-    table = "\n".join(["| measurement | value | goal |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows_md])
-    err_rows = "\n".join(f"| `{bd}` | `{comp}` | {e:.1e} | {s:.1e} |" for bd, comp, e, s in errors)
-    md = f"""## Task-vector transfer (BiCo) on a ViT-B/16-sized model
-
-{setup}
-
-{table}
-
-Procrustes solves, per shape (each shape solved once, multiplied by its count): {shape_txt}.
-The capture pass skips weight gradients (autograd is asked only for gradients at the layer
-outputs) and forms the input statistics of q, k and v once (their rows are the same tensor); the
-3072-wide MLP spaces dominate both the statistics (two 3072 x 3072 cross-covariances per block) and
-the solves. Float64 products cost about twice float32 products on this CPU, and the statistics
-(about 42 x N x 768^2 multiply-adds per block and model pair) are as large as the forward-backward
-itself (72 x N x 768^2 for both models), so the float64 default does not meet the 1.3x goal here;
-float32 staging does, at the accuracy cost below. A map that the statistics determine on fewer
-dimensions than its width costs up to two more SVDs, on the undetermined subspace.
-
-Accuracy of the transferred task vector (relative error) on an exact unit-permuted copy of a
-float32 OpenCLIP-style ViT (width 64, 4 layers, MLP 256, bare `x @ proj`), 256 calibration images,
-and on a self-transfer of the same model:
-
-| `batch_dtype` | `complete` | permuted copy | self-transfer |
-|---|---|---|---|
-{err_rows}
-
-Whole benchmark: {time.perf_counter() - t_start:.0f} s wall.
-"""
-    if args.width == 768 and args.depth == 12:
+    if args.scaling_child:
+        print(json.dumps(scaling_child(*args.scaling_child)))
+        return
+    parts = set(args.parts.split(","))
+    t0 = time.perf_counter()
+    size = {"width": 768, "depth": 12, "heads": 12, "mlp": 3072} if not args.quick else \
+        {"width": 128, "depth": 2, "heads": 2, "mlp": 512}
+    lite = lite_part(args.repeat) if "lite" in parts and not args.quick else None
+    vit = vit_part(64, 8, 2, size) if "vit" in parts else None
+    sc = None
+    if "scaling" in parts:
+        widths, rows = ((256, 512, 1024, 2048), (64, 128, 256, 512, 1024, 2048)) if not args.quick else \
+            ((128, 256), (64, 128))
+        sc = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
+        scaling_figure(sc, ROOT / "docs" / "figures" / ("transfer-scaling.png" if not args.quick else
+                                                        "transfer-scaling-quick.png"))
+    gpu = None
+    if "gpu" in parts and torch.cuda.is_available():
+        gpu = {**vit_part(64, 8, 2, size, device="cuda"), "device": torch.cuda.get_device_name()}
+    errors = permuted_copy_errors() if "accuracy" in parts else []
+    raw = {"lite": lite, "vit": {k: v for k, v in (vit or {}).items() if k != "per_shape"}, "scaling": sc, "gpu":
+           {k: v for k, v in (gpu or {}).items() if k != "per_shape"}, "errors": errors}
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
+    md = markdown(lite, vit, sc, gpu, errors, time.perf_counter() - t0, args.quick)
+    if not args.quick and parts >= {"lite", "vit", "scaling", "accuracy"}:
         write_section("transfer", md)
     print(md)
 

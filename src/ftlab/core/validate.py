@@ -25,6 +25,7 @@ __all__ = [
     "check_memory",
     "check_work",
     "available_memory",
+    "peak_rss_mb",
 ]
 
 
@@ -129,6 +130,24 @@ def available_memory() -> int:
     except OSError:
         pass
     return 1 << 50
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (MB): ``VmHWM`` on Linux, else ``getrusage``.
+
+    ``ru_maxrss`` survives ``exec``, so a child started from a large parent would report the
+    parent's peak; ``VmHWM`` belongs to the current address space.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _gib(n: float) -> str:

@@ -294,7 +294,7 @@ class AffineMoments:
 
     @staticmethod
     def _f64(m: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return (m[0].detach().to(torch.float64).cpu(), None if m[1] is None else m[1].detach().to(torch.float64).cpu())
+        return (m[0].detach().to(torch.float64), None if m[1] is None else m[1].detach().to(torch.float64))
 
     @property
     def map_a(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -315,7 +315,7 @@ class AffineMoments:
     @staticmethod
     def _side_sum(s: torch.Tensor, m: tuple[torch.Tensor, torch.Tensor | None], n: int) -> torch.Tensor:
         M, c = m
-        s = s.to(torch.float64).cpu()
+        s = s.to(device=M.device, dtype=torch.float64)
         out = M * s if M.ndim == 1 else M @ s
         return out if c is None else out + n * c
 
@@ -330,10 +330,11 @@ class AffineMoments:
     def covariance(self, *, center: bool = False) -> torch.Tensor:
         """``Y_A^T Y_B`` (or centred), computed on demand (not kept: derived statistics cost no memory between fits)."""
         (Ma, ca), (Mb, cb) = self.map_a, self.map_b
-        C = self.base.covariance(center=center).to(torch.float64).cpu()
+        C = self.base.covariance(center=center).to(device=Ma.device, dtype=torch.float64)
         out = _apply_left(Mb, _apply_left(Ma, C).T).T  # M_A C M_B^T
         if not center:
-            sa, sb, n = self.base.a.sum.to(torch.float64).cpu(), self.base.b.sum.to(torch.float64).cpu(), self.n
+            sa = self.base.a.sum.to(device=Ma.device, dtype=torch.float64)
+            sb, n = self.base.b.sum.to(device=Ma.device, dtype=torch.float64), self.n
             ya = Ma * sa if Ma.ndim == 1 else Ma @ sa
             yb = Mb * sb if Mb.ndim == 1 else Mb @ sb
             if cb is not None:
@@ -377,8 +378,9 @@ class SumMoments:
         self.parts = list(parts)
         n = sum(p.n for p in self.parts)
         d_a, d_b = self.parts[0].a.dim, self.parts[0].b.dim
-        self.a = _Side(torch.zeros(d_a, dtype=torch.float64), n)
-        self.b = _Side(torch.zeros(d_b, dtype=torch.float64), n)
+        device = self.parts[0].a.sum.device
+        self.a = _Side(torch.zeros(d_a, dtype=torch.float64, device=device), n)
+        self.b = _Side(torch.zeros(d_b, dtype=torch.float64, device=device), n)
 
     @property
     def n(self) -> int:
@@ -391,11 +393,11 @@ class SumMoments:
     def covariance(self, *, center: bool = False) -> torch.Tensor:
         total = None
         for p in self.parts:
-            C = p.covariance(center=center).to(torch.float64).cpu()
+            C = p.covariance(center=center).to(torch.float64)
             f = float(torch.linalg.norm(C))
             if f > 0:
                 total = C / f if total is None else total + C / f
-        return total if total is not None else self.parts[0].covariance(center=center).to(torch.float64).cpu() * 0
+        return total if total is not None else self.parts[0].covariance(center=center).to(torch.float64) * 0
 
     def residual(self, R: torch.Tensor, *, center: bool = False) -> float:
         return math.nan

@@ -19,7 +19,6 @@ import copy
 import dataclasses
 import inspect
 import logging
-import resource
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ftlab.core.validate import peak_rss_mb
 from ftlab.transfer.align import MapFit
 from ftlab.transfer.batches import CalibrationData
 from ftlab.transfer.calibrate import block_output_shapes, collect_map_statistics, collect_target_grads, layer_cka_scores
@@ -41,22 +41,6 @@ from ftlab.transfer.transport import as_vocab_map
 __all__ = ["TransferResult", "fit_transfer", "pair_points", "split_options", "target_entries", "transfer"]
 
 log = logging.getLogger(__name__)
-
-
-def _peak_rss_mb() -> float:
-    """Peak resident memory of this process (MB): ``VmHWM`` on Linux, else ``getrusage``.
-
-    ``ru_maxrss`` survives ``exec``, so a child started from a large parent would report the
-    parent's peak; ``VmHWM`` belongs to the current address space.
-    """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 @dataclass(frozen=True)
@@ -299,7 +283,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     return TransferResult(
         task_vector=tau_b, method=m.name, options={"transfer": opts.record(), "method": _method_record(m)},
         layer_map=lmap.as_dict(), pairs=pairs, fits=dict(fitted.fits), n_batches=n_batches,
-        time_s=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(), source_norms=source_norms, timings=timings,
+        time_s=time.perf_counter() - t0, peak_rss_mb=peak_rss_mb(), source_norms=source_norms, timings=timings,
         point_norms=_point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {},
         layer_stages=lmap.describe()["stages"], fitted=fitted)
 

@@ -149,18 +149,21 @@ def _naive_step(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[LowRa
     d_a, d_b = W_A.shape[0], W_B.shape[0]
     Z = W_B[:d_a]  # N W_B
     H = W_A.T @ Z
-    PZ = Z - W_A @ H
-    lam, E = torch.linalg.eigh(PZ.T @ PZ)
+    PZ = Z - W_A @ H  # (I - W_A W_A^T) N W_B
+    tail = W_B[d_a:]  # Z^T Z = I - tail^T tail (W_B has orthonormal columns)
+    gram = torch.eye(W_B.shape[1], dtype=W_B.dtype, device=W_B.device) - tail.T @ tail - H.T @ H  # = PZ^T PZ
+    lam, E = torch.linalg.eigh((gram + gram.T) / 2)
     lam = lam.clamp(0.0, 1.0)
     sigma = torch.sqrt(1.0 - lam)  # singular values of the pad/truncate map on the undetermined subspaces
     if bool((sigma < max(tol, _SAFE_SIGMA)).any()):
         return None
     keep = lam > 1e-24  # directions with s ~ 0 add F ~ s^2 / 2 ~ 0
-    G = (PZ @ E[:, keep]) / torch.sqrt(lam[keep])
-    F = 1.0 / sigma[keep] - 1.0
-    GF = G * F
-    L1 = -Z + W_A @ H - GF @ (G.T @ Z)
-    left = torch.cat([W_A + L1, -W_A, GF], dim=1)
+    E, s, F = E[:, keep], torch.sqrt(lam[keep]), 1.0 / sigma[keep] - 1.0
+    PZE = PZ @ E
+    G = PZE / s  # orthonormal: the left singular vectors of PZ
+    # R = W_A W_B^T + (P_A + G F G^T) N P_B, with G^T Z = S E^T:
+    #   = N + (W_A - PZ - PZE F E^T) W_B^T - W_A (N^T W_A)^T + (G F)(N^T G)^T
+    left = torch.cat([W_A - PZ - (PZE * F) @ E.T, -W_A, G * F], dim=1)
     right_ = torch.cat([W_B, _pad_rows(W_A, d_b), _pad_rows(G, d_b)], dim=1)
     return LowRankMap(left, right_), d_a - W_A.shape[1]
 

@@ -190,7 +190,7 @@ class ProcrustesTransfer:
         o = self.options
         return {"center": o.center, "whiten_p": o.whiten_p, "eps": o.eps, "rank_rtol": o.rank_rtol, "solver": o.solver}
 
-    def _jobs(self, tp: str, point: Point, stats) -> list[tuple[str, Any, tuple, str, str]]:
+    def solves(self, tp: str, point: Point, stats) -> list[tuple[str, Any, tuple, str, str]]:
         """The solves of one point: ``(side, statistics, completion chain, source label, name)``."""
         o, prim = self.options, _primary(self.options, point)
         if point.kind == "depthwise":  # one channel map for both sides, so the kernel stays depthwise
@@ -230,7 +230,7 @@ class ProcrustesTransfer:
             raise RuntimeError(f"{self.name}: the transfer problem has no paired capture points")
         if not isinstance(stats, Mapping):
             raise TypeError(f"{self.name}: prepare needs the calibration statistics (a mapping), got {type(stats).__name__}")
-        jobs = {tp: self._jobs(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
+        jobs = {tp: self.solves(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
         solved = solve_all([(st, chain, label, name) for js in jobs.values() for _, st, chain, label, name in js],
                            self._fit_kw())
         fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
