@@ -44,10 +44,15 @@ def folders(tmp_path_factory):
 
 
 def run(argv, capsys):
+    """Exit code, stdout and stderr of a command that must exit; stage lines (progress) left out of stderr."""
+    import re
+
     with pytest.raises(SystemExit) as exc:
         main(argv)
     out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+    err = "".join(line for line in out.err.splitlines(keepends=True)
+                  if not re.match(r"ftlab: .*: (started|done in .*|stopped after .*)$", line.strip()))
+    return exc.value.code, out.out, err
 
 
 def run_ok(argv, capsys) -> str:

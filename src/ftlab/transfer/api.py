@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import inspect
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -175,8 +176,31 @@ def _check_inputs(models: Mapping[str, nn.Module], loss: Callable | None, option
     return opts
 
 
-def _source_task_vector(base: nn.Module, finetuned: nn.Module) -> TaskVector:
-    tau_a = TaskVector.from_models(base, finetuned)
+SourceFinetuned = nn.Module | TaskVector | str | os.PathLike
+
+
+def _source_task_vector(base: nn.Module, finetuned: SourceFinetuned) -> TaskVector:
+    """``tau_A`` from a fine-tuned model, a task vector, or a PEFT LoRA adapter folder (read against ``base``)."""
+    if isinstance(finetuned, nn.Module):
+        tau_a = TaskVector.from_models(base, finetuned)
+    elif isinstance(finetuned, TaskVector):
+        state = {k: v for k, v in base.state_dict().items() if v.is_floating_point()}
+        for k, v in finetuned.items():
+            if k not in state or tuple(v.shape) != tuple(state[k].shape):
+                why = "is not an entry of the source base" if k not in state else \
+                    f"has shape {tuple(v.shape)}, the source base's {tuple(state[k].shape)}"
+                raise ValueError(f"source_finetuned: task vector entry {k!r} {why}")
+        tau_a = TaskVector({k: finetuned[k] if k in finetuned else torch.zeros_like(v.detach().cpu())
+                            for k, v in state.items()})
+    elif isinstance(finetuned, (str, os.PathLike)):
+        from ftlab.transfer.lora import is_adapter_folder, read_lora
+
+        if not is_adapter_folder(finetuned):
+            raise ValueError(f"source_finetuned={str(finetuned)!r} is not a PEFT adapter folder (no adapter_config.json)")
+        tau_a = read_lora(finetuned, base).task_vector
+    else:
+        raise TypeError(f"source_finetuned must be a torch.nn.Module, a TaskVector or a PEFT adapter folder, got "
+                        f"{type(finetuned).__name__}")
     bad = [k for k, v in tau_a.items() if not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"the source task vector is not finite at {bad[0]!r}")
@@ -242,7 +266,7 @@ def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn
     return grads, grads.n_batches
 
 
-def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
+def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
                  batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
                  options: TransferOptions | None = None, source_batches: Iterable | None = None,
                  target_batches: Iterable | None = None) -> TransferResult:
@@ -258,8 +282,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     residuals are reported (more memory and time).
     """
     t0 = time.perf_counter()
-    opts = _check_inputs({"source_base": source_base, "source_finetuned": source_finetuned,
-                          "target_base": target_base}, loss, options)
+    opts = _check_inputs({"source_base": source_base, "target_base": target_base}, loss, options)
     if target_base is source_base or target_base is source_finetuned:
         target_base = copy.deepcopy(target_base)  # the two models are captured separately
     tau_a = _source_task_vector(source_base, source_finetuned)
@@ -269,7 +292,8 @@ def fit_transfer(source_base: nn.Module, source_finetuned: nn.Module, target_bas
     problem = _problem(m, source_base, target_base, lmap, opts)
     m.check(tau_a, problem)
     t_cal = time.perf_counter()
-    source = source_base if opts.source_stats == "base" else source_finetuned
+    source = source_base if opts.source_stats == "base" else \
+        (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
     stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts)
     t_fit = time.perf_counter()
     fitted = m.prepare(problem, stats)
@@ -344,7 +368,7 @@ def split_options(method: str, options: Mapping) -> tuple[TransferOptions, Metho
     return TransferOptions(**general), get_method(method, **own)
 
 
-def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
+def transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
              batches: Iterable | None = None, loss: Callable | None = None, *, method: str = "bico",
              source_batches: Iterable | None = None, target_batches: Iterable | None = None, **options) -> TaskVector:
     """The target's task vector ``tau_B``, transported from ``tau_A = source_finetuned - source_base``.
@@ -352,7 +376,9 @@ def transfer(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
     Parameters
     ----------
     source_base, source_finetuned, target_base:
-        Three ``nn.Module`` s (not modified). ``source_finetuned`` must have ``source_base``'s
+        Models (not modified). ``source_finetuned`` may also be the source task vector itself (a
+        :class:`TaskVector`) or a PEFT LoRA adapter folder for ``source_base`` (:mod:`ftlab.transfer.lora`).
+        A fine-tuned model must have ``source_base``'s
         names and shapes.
     batches:
         Iterable of calibration batches, each fed to both base models (``loss(model, batch)``).

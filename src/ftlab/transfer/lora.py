@@ -1,0 +1,343 @@
+"""LoRA adapters in and out: the files practitioners share, read as task vectors and written for a new base.
+
+**In** (:func:`read_lora`): a PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``,
+or a weights-only ``adapter_model.bin``), read as plain JSON and tensors (no code from the folder runs).
+The task vector of a LoRA module is its merged delta (float64, so that it keeps its rank), ``scaling * B @ A`` with ``scaling = lora_alpha / r``
+(``lora_alpha / sqrt(r)`` with ``use_rslora``; per-module ``rank_pattern``/``alpha_pattern``), in the
+layout of the base weight: transposed for ``fan_in_fan_out`` layers (GPT-2's ``Conv1D``), ``(B A)^T``
+for embeddings, reshaped to the kernel for convolutions; ``lora_bias`` adds ``scaling * b`` to the base
+bias. ``modules_to_save`` (a retrained head, say) contribute ``saved - base``. Other adapter types
+(DoRA, IA³, prompt tuning, LoHa, ...) and LoRA features ftlab does not read (layer replication,
+target parameters, trainable tokens, ...) are refused in one line naming them.
+
+**Out** (:func:`write_lora`): a target task vector as a PEFT LoRA adapter for the target base,
+loadable with ``PeftModel.from_pretrained(target, folder)``. A Procrustes transfer keeps a LoRA
+update's rank (``R_out^T (B A) R_in = (R_out^T B)(A R_in)``), so each target weight's delta is
+factored exactly at the rank it has (found by a randomised range finder checked to ``1e-9``
+relative); ``max_rank`` truncates instead (the relative truncation error of each module is
+reported). Deltas a LoRA cannot hold (norm gains, grouped convolutions, anything but the weights
+and biases of linear, convolution and embedding layers) make their module a ``modules_to_save``
+entry (saved whole). Every module gets ``lora_alpha = r`` (scaling 1), so ``B @ A`` is the delta.
+
+Public work on carrying LoRA adapters across bases (LoRASuite, arXiv 2505.13515; LoRA-X, arXiv
+2501.16559) re-factors the transferred update by a truncated SVD at the source rank; ftlab keeps
+the exact rank unless asked to truncate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ftlab.transfer.task_vector import TaskVector
+
+__all__ = ["LoraAdapter", "is_adapter_folder", "low_rank_factor", "read_lora", "write_lora"]
+
+CONFIG = "adapter_config.json"
+WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+_PREFIX = "base_model.model."
+#: LoRA features that change what an adapter computes and that ftlab does not read: refused by name.
+_UNSUPPORTED = {"use_dora": "DoRA (use_dora)", "layer_replication": "layer replication", "target_parameters":
+                "target_parameters", "trainable_token_indices": "trainable token indices", "use_qalora": "QA-LoRA",
+                "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens)", "use_bdlora": "BD-LoRA"}
+
+
+def is_adapter_folder(path: str | os.PathLike) -> bool:
+    """True for a folder holding a PEFT ``adapter_config.json``."""
+    p = Path(path)
+    return p.is_dir() and (p / CONFIG).is_file()
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter read against its base: the task vector and what produced it.
+
+    ``task_vector`` is keyed by the base model's parameter names; ``ranks[module]`` and
+    ``scalings[module]`` describe each LoRA module; ``saved`` names the ``modules_to_save``.
+    """
+
+    folder: Path
+    config: Mapping
+    task_vector: TaskVector
+    ranks: Mapping[str, int] = field(default_factory=dict)
+    scalings: Mapping[str, float] = field(default_factory=dict)
+    saved: tuple[str, ...] = ()
+
+
+def _read_config(folder: Path) -> dict:
+    path = folder / CONFIG
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON adapter config ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: the adapter config must be a JSON object")
+    kind = cfg.get("peft_type")
+    if kind != "LORA":
+        raise ValueError(f"{path}: peft_type={kind!r}: ftlab reads LoRA adapters only (peft_type 'LORA')")
+    for key, what in _UNSUPPORTED.items():
+        if cfg.get(key) not in (None, False, [], {}, 0):
+            raise ValueError(f"{path}: {what} is not supported (only plain LoRA adapters are read)")
+    for key in ("r", "lora_alpha"):
+        v = cfg.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"{path}: field {key!r} must be a positive number, got {v!r}")
+    for key in ("rank_pattern", "alpha_pattern"):
+        if not isinstance(cfg.get(key) or {}, dict):
+            raise ValueError(f"{path}: field {key!r} must be a mapping")
+    return cfg
+
+
+def _pattern_value(pattern: Mapping, module: str, default: float) -> float:
+    """PEFT's rule: the first key that matches the module name's end."""
+    import re
+
+    for key, v in pattern.items():
+        if re.match(rf"(.*\.)?({key})$", module):
+            return float(v)
+    return float(default)
+
+
+def _weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    from ftlab.transfer.io import load_state_dict
+
+    for name in WEIGHTS:
+        if (folder / name).is_file():
+            return folder / name, load_state_dict(folder / name)
+    raise FileNotFoundError(f"adapter folder {str(folder)!r} holds no {' or '.join(WEIGHTS)}")
+
+
+def _group(state: Mapping[str, torch.Tensor], path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    """LoRA tensors per module (``A``, ``B``, ``b``, ``emb``) and modules_to_save tensors by base name."""
+    lora: dict[str, dict[str, torch.Tensor]] = {}
+    saved: dict[str, torch.Tensor] = {}
+    parts = {".lora_A.weight": "A", ".lora_B.weight": "B", ".lora_B.bias": "b", ".lora_embedding_A": "A",
+             ".lora_embedding_B": "B"}
+    for key, t in state.items():
+        name = key[len(_PREFIX):] if key.startswith(_PREFIX) else key
+        hit = next((suf for suf in parts if name.endswith(suf)), None)
+        if hit is not None:
+            lora.setdefault(name[: -len(hit)], {})[parts[hit]] = t
+            if "embedding" in hit:
+                lora[name[: -len(hit)]]["emb"] = t
+        elif ".lora_" in name:
+            raise ValueError(f"{path}: tensor {key!r} is not a LoRA tensor ftlab reads")
+        else:
+            saved[name] = t
+    for mod, ts in lora.items():
+        if "A" not in ts or "B" not in ts:
+            raise ValueError(f"{path}: module {mod!r} has {'lora_B' if 'B' in ts else 'lora_A'} but not its pair")
+    return lora, saved
+
+
+def _delta(mod: nn.Module, A: torch.Tensor, B: torch.Tensor, scaling: float, name: str, fan_in_fan_out: bool,
+           path: Path) -> torch.Tensor:
+    """The merged weight delta of one LoRA module, in the base weight's layout."""
+    W = getattr(mod, "weight", None)
+    if not isinstance(W, torch.Tensor):
+        raise ValueError(f"{path}: module {name!r} of the base has no weight for a LoRA update")
+    A, B = A.double(), B.double()
+    if isinstance(mod, nn.Embedding):
+        d = (B @ A).T
+    elif isinstance(mod, nn.Conv2d):
+        if mod.groups != 1:
+            raise ValueError(f"{path}: module {name!r} is a grouped convolution, which ftlab's LoRA reader does not read")
+        d = (B.reshape(B.shape[0], -1) @ A.reshape(A.shape[0], -1)).reshape(W.shape[0], -1, *A.shape[2:])
+    else:
+        d = B @ A
+        if fan_in_fan_out:
+            d = d.T
+    if tuple(d.shape) != tuple(W.shape):
+        raise ValueError(f"{path}: module {name!r}: the adapter's update has shape {tuple(d.shape)} but the base weight "
+                         f"is {tuple(W.shape)} (an adapter made for another base?)")
+    return scaling * d  # float64: a rank-r update stays rank r (float32 rounding would fill every direction)
+
+
+def read_lora(folder: str | os.PathLike, base: nn.Module) -> LoraAdapter:
+    """The task vector of the LoRA adapter in ``folder`` against ``base`` (see the module docstring).
+
+    Raises ``ValueError`` naming the file and the field or module for an adapter ftlab does not read or one
+    made for another base (a target module missing from ``base``, shapes that do not fit).
+    """
+    folder = Path(folder)
+    cfg = _read_config(folder)
+    path, state = _weights(folder)
+    lora, saved = _group(state, path)
+    mods = dict(base.named_modules())
+    params = {k: p.detach() for k, p in base.state_dict().items()}
+    out: dict[str, torch.Tensor] = {}
+    ranks, scalings = {}, {}
+    for name, ts in lora.items():
+        if name not in mods:
+            raise ValueError(f"{path}: the adapter targets module {name!r}, which the base model does not have "
+                             "(an adapter made for another base?)")
+        r = int(_pattern_value(cfg.get("rank_pattern") or {}, name, cfg["r"]))
+        alpha = _pattern_value(cfg.get("alpha_pattern") or {}, name, cfg["lora_alpha"])
+        scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+        w = f"{name}.weight"
+        out[w] = _delta(mods[name], ts["A"], ts["B"], scaling, name, bool(cfg.get("fan_in_fan_out")), path)
+        if "b" in ts:
+            if f"{name}.bias" not in params:
+                raise ValueError(f"{path}: module {name!r} has a lora_B bias but the base module has no bias")
+            out[f"{name}.bias"] = scaling * ts["b"].double()
+        ranks[name], scalings[name] = r, scaling
+    for key, t in saved.items():
+        if key not in params:
+            raise ValueError(f"{path}: saved tensor {key!r} (modules_to_save) is not in the base model")
+        if tuple(t.shape) != tuple(params[key].shape):
+            raise ValueError(f"{path}: saved tensor {key!r} has shape {tuple(t.shape)} but the base's is "
+                             f"{tuple(params[key].shape)}")
+        if t.is_floating_point():
+            out[key] = t.double() - params[key].cpu().double()
+    full = {k: out.get(k, torch.zeros_like(v.cpu(), dtype=torch.float64)) for k, v in params.items()
+            if v.is_floating_point()}
+    mts = tuple(sorted({k.rpartition(".")[0] for k in saved}))
+    return LoraAdapter(folder, cfg, TaskVector(full), ranks, scalings, mts)
+
+
+# --- out ------------------------------------------------------------------------------------------------
+
+
+def low_rank_factor(M: torch.Tensor, *, max_rank: int | None = None, rtol: float | None = None, seed: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(B, A, err)`` with ``B @ A`` the best approximation of ``M`` (``m x n``) at its numerical rank.
+
+    The rank is the number of singular values above ``rtol`` times the largest (default ``1e-9`` for a
+    float64 ``M``, ``1e-5`` for a lower precision: its rounding is not signal), capped at ``max_rank``;
+    ``err`` is the relative Frobenius error ``||M - B A|| / ||M||`` (0 up to rounding when nothing is
+    truncated). A randomised range finder with a doubling width, accepted once it captures ``M`` to
+    ``rtol``, keeps the cost at ``O(m n k)`` for a rank-``k`` matrix.
+    """
+    if rtol is None:
+        rtol = 1e-9 if M.dtype == torch.float64 else 1e-5
+    M = M.double()
+    m, n = M.shape
+    norm = float(torch.linalg.norm(M))
+    if norm == 0:
+        return M.new_zeros(m, 0), M.new_zeros(0, n), 0.0
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    k = min(m, n, 16)
+    while True:
+        omega = torch.randn(n, min(n, k + 8), generator=g, dtype=torch.float64).to(M.device)
+        Q, _ = torch.linalg.qr(M @ omega)
+        R = Q.T @ M
+        if k >= min(m, n) or float(torch.linalg.norm(M - Q @ R)) <= rtol * norm:
+            break
+        k *= 2
+    U, S, Vh = torch.linalg.svd(R, full_matrices=False)
+    r = int((S > rtol * S[0]).sum())
+    if max_rank is not None:
+        r = min(r, max_rank)
+    B, A = (Q @ U[:, :r]) * S[:r], Vh[:r]
+    err = math.sqrt(max(float((S[r:] ** 2).sum()), 0.0)) / norm
+    return B, A, err
+
+
+def _lora_layout(mod: nn.Module, delta: torch.Tensor) -> tuple[torch.Tensor, str] | None:
+    """The matrix a LoRA factors for this module (``out x in``), and its kind; None if no LoRA can hold it."""
+    if isinstance(mod, nn.Linear):
+        return delta, "linear"
+    if isinstance(mod, nn.Embedding):
+        return delta.T, "embedding"
+    if isinstance(mod, nn.Conv2d) and mod.groups == 1:
+        return delta.reshape(delta.shape[0], -1), "conv"
+    if type(mod).__name__ == "Conv1D" and hasattr(mod, "nf"):
+        return delta.T, "conv1d"
+    return None
+
+
+def _lora_tensors(name: str, kind: str, B: torch.Tensor, A: torch.Tensor, mod: nn.Module) -> dict[str, torch.Tensor]:
+    key = f"{_PREFIX}{name}"
+    if kind == "embedding":
+        return {f"{key}.lora_embedding_A": A, f"{key}.lora_embedding_B": B}
+    if kind == "conv":
+        W = mod.weight
+        assert isinstance(W, torch.Tensor)
+        return {f"{key}.lora_A.weight": A.reshape(A.shape[0], *W.shape[1:]),
+                f"{key}.lora_B.weight": B.reshape(*B.shape, 1, 1)}
+    return {f"{key}.lora_A.weight": A, f"{key}.lora_B.weight": B}
+
+
+def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *, max_rank: int | None = None,
+               rtol: float | None = None, base_name: str | None = None) -> dict:
+    """Write ``tau`` (keyed by the target's names) into ``folder`` as a PEFT LoRA adapter for ``target``.
+
+    Returns the per-module report ``{"modules": {name: {"rank", "truncation_error"}}, "modules_to_save": [...]}``.
+    ``folder`` must exist (the caller stages it); files are ``adapter_config.json`` and
+    ``adapter_model.safetensors``.
+    """
+    from ftlab.transfer.io import save_state_dict
+
+    mods = dict(target.named_modules())
+    base = target.state_dict()
+    by_module: dict[str, dict[str, torch.Tensor]] = {}
+    for key, t in tau.items():
+        if torch.count_nonzero(t):
+            mod, _, attr = key.rpartition(".")
+            by_module.setdefault(mod, {})[attr] = t
+    tensors: dict[str, torch.Tensor] = {}
+    ranks: dict[str, int] = {}
+    report: dict = {"modules": {}, "modules_to_save": []}
+    fan_in = set()
+    lora_bias = False
+    for name, deltas in by_module.items():
+        mod = mods.get(name)
+        layout = None if mod is None or set(deltas) - {"weight", "bias"} or "weight" not in deltas else \
+            _lora_layout(mod, deltas["weight"])
+        if layout is None:
+            prefix = f"{name}." if name else ""
+            report["modules_to_save"].append(name)
+            for k, v in base.items():
+                if k.startswith(prefix) and k[len(prefix):].count(".") == 0:
+                    d = deltas.get(k[len(prefix):])
+                    tensors[f"{_PREFIX}{k}"] = (v + d.to(v)) if d is not None else v.clone()
+            continue
+        M, kind = layout
+        assert mod is not None
+        B, A, err = low_rank_factor(M, max_rank=max_rank, rtol=rtol)
+        if B.shape[1] == 0:
+            continue
+        fan_in.add(kind == "conv1d")
+        ranks[name] = int(B.shape[1])
+        tensors.update(_lora_tensors(name, kind, B.to(torch.float32), A.to(torch.float32), mod))
+        if "bias" in deltas:
+            lora_bias = True
+            tensors[f"{_PREFIX}{name}.lora_B.bias"] = deltas["bias"].to(torch.float32)
+        report["modules"][name] = {"kind": kind, "rank": ranks[name], "truncation_error": err}
+    if len(fan_in) > 1:
+        raise ValueError("the target mixes Conv1D (fan-in/fan-out) and other layers; one adapter cannot hold both")
+    if lora_bias:  # every LoRA module then has a lora_B bias (zero where its delta has none)
+        for name in ranks:
+            key = f"{_PREFIX}{name}.lora_B.bias"
+            if key not in tensors:
+                tensors[key] = torch.zeros(tensors[f"{_PREFIX}{name}.lora_B.weight"].shape[0]
+                                           if f"{_PREFIX}{name}.lora_B.weight" in tensors else
+                                           tensors[f"{_PREFIX}{name}.lora_embedding_B"].shape[0])
+    r = max(ranks.values(), default=1)
+    config = {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": base_name, "r": r, "lora_alpha": r,
+              "rank_pattern": {_exact(n): k for n, k in ranks.items() if k != r},
+              "alpha_pattern": {_exact(n): k for n, k in ranks.items() if k != r},
+              "target_modules": sorted(ranks), "modules_to_save": report["modules_to_save"] or None,
+              "fan_in_fan_out": bool(fan_in == {True}), "lora_dropout": 0.0, "bias": "none", "lora_bias": lora_bias,
+              "use_rslora": False, "use_dora": False, "init_lora_weights": True, "inference_mode": True}
+    from ftlab.core.results import atomic_write_text
+
+    folder = Path(folder)
+    save_state_dict(folder / WEIGHTS[0], tensors, metadata={"format": "pt"})
+    atomic_write_text(folder / CONFIG, json.dumps(config, indent=2) + "\n")
+    report["rank"] = r
+    return report
+
+
+def _exact(name: str) -> str:
+    """A rank/alpha pattern key that matches exactly this module (PEFT matches keys as regexes at a name's end)."""
+    import re
+
+    return "^" + re.escape(name) if name else name
