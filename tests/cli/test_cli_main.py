@@ -1,17 +1,27 @@
 """Exit statuses of the ftlab command: user errors 2 (one line), bugs 1 ("internal error"), never mixed up."""
 
 import errno
+from pathlib import Path
 
 import pytest
 
+import ftlab
 from ftlab.cli import main as M
 
 
-def _run(monkeypatch, capsys, exc, argv=("theory", "--help")):
-    def boom(*_a, **_k):
-        raise exc
+def raiser(exc, where: Path):
+    """A function that raises ``exc`` from code whose file is ``where`` (decides whose error it is)."""
+    ns = {"EXC": exc}
+    exec(compile("def boom(*a, **k):\n    raise EXC\n", str(where), "exec"), ns)
+    return ns["boom"]
 
-    monkeypatch.setattr(M.cli, "main", boom)
+
+#: A file inside ftlab's own package: an exception raised there is ftlab's defect.
+FTLAB_CODE = Path(ftlab.__file__).parent / "cli" / "simulated_defect.py"
+
+
+def _run(monkeypatch, capsys, exc, argv=("theory", "--help"), where=FTLAB_CODE):
+    monkeypatch.setattr(M.cli, "main", raiser(exc, where))
     with pytest.raises(SystemExit) as info:
         M.main(list(argv))
     return info.value.code, capsys.readouterr().err

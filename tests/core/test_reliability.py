@@ -48,13 +48,14 @@ def test_staged_output_is_all_or_nothing(tmp_path):
     with staged_output(out) as st:
         (st / "a.txt").write_text("1")
         (st / "b.txt").write_text("1")
-    assert sorted(p.name for p in out.iterdir()) == ["a.txt", "b.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".ftlab-set-output.json", "a.txt", "b.txt"]
     with pytest.raises(RuntimeError):
         with staged_output(out) as st:
             (st / "a.txt").write_text("2")
             raise RuntimeError("failed after the first file")
     assert (out / "a.txt").read_text() == "1" and (out / "b.txt").read_text() == "1"  # previous set intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left behind
+    assert sorted(p.name for p in out.iterdir()) == [".ftlab-set-output.json", "a.txt", "b.txt"]
 
 
 def test_a_second_run_on_the_same_out_is_refused(tmp_path):

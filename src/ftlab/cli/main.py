@@ -3,10 +3,13 @@
 Command groups live in their own modules and are imported only when used, so ``ftlab theory``
 never imports torch.
 
-Exit statuses: 0 success; 2 an expected user error -- bad input (``ValueError``), a missing,
-unreadable or unwritable file or folder, a full disk (``OSError``), a run too large for the machine
-(``MemoryError``) -- printed as one line on stderr; 130 interrupted (Ctrl-C; finished points of a
-sweep are kept); 1 anything else, which is a bug in ftlab: one line "internal error" (``-v`` or
+Exit statuses: 0 success; 2 an expected error that is not ftlab's -- bad input (``ValueError``,
+including :class:`~ftlab.core.usercode.UserCodeError` for the user's own model, loss, data or module),
+a missing, unreadable, malformed or unwritable file or folder, a full disk (``OSError``), a run too
+large for the machine (``MemoryError``), or an exception raised in the user's own code (its file and
+line are named) -- printed as one line on stderr; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM;
+SIGHUP 129): cleanup runs, the line says what happened to the outputs, finished points of sweeps
+are kept; 1 anything else, which is a bug in ftlab: one line "internal error" (``-v`` or
 ``FTLAB_DEBUG=1`` prints the traceback).
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
 import traceback
 
@@ -97,20 +101,64 @@ def _one_line(exc: BaseException) -> str:
     return msg[0] if msg else exc.__class__.__name__
 
 
-INTERRUPTED = ("ftlab: interrupted. Finished points of sweeps are kept in their stores and no partial output was "
-               "written: run the same command again to resume where it stopped.")
+#: The last words of every interrupt message (sweeps append each finished point to their store).
+RESUME = "Finished points of sweeps are kept in their stores: run the same command again to resume where it stopped."
 
 #: Exceptions that mean "the user's input or machine is at fault", not ftlab: exit 2, one line.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, MemoryError)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so that every cleanup (staging folders, locks,
+    worker processes) runs as for Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum, _frame):
+    raise Terminated(signum)
+
+
+def interrupted_message(exc: BaseException | None) -> tuple[str, int]:
+    """The one line printed after Ctrl-C / SIGTERM / SIGHUP, and the exit status (130 / 128 + signal).
+
+    It says what happened to each output set of the run (finished, or discarded with the previous
+    one unchanged), from :func:`ftlab.core.results.output_outcomes`; nothing about outputs when the
+    run had not begun to write one.
+    """
+    while exc is not None and not isinstance(exc, KeyboardInterrupt):
+        exc = exc.__cause__ or exc.__context__
+    term = isinstance(exc, Terminated)
+    results = sys.modules.get("ftlab.core.results")
+    facts = results.output_outcomes() if results is not None else []
+    text = f"ftlab: {'terminated' if term else 'interrupted'}."
+    if facts:
+        text += " " + "; ".join(facts) + "."
+    return f"{text} {RESUME}", 128 + exc.signum if isinstance(exc, Terminated) else 130
+
+
+def _user_code_line(exc: BaseException) -> str | None:
+    """The one-line error for an exception raised in the user's own code, else ``None`` (see ftlab.core.usercode)."""
+    from ftlab.core.usercode import culprit, describe
+
+    kind, frame = culprit(exc)
+    return f"in your code: {describe(exc, frame)}" if kind == "user" else None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user errors exit 2 with one line on stderr, bugs exit 1 (see the module docstring)."""
+    import threading
+
+    handlers = {s: signal.signal(s, _terminate) for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
+                if s is not None and threading.current_thread() is threading.main_thread()}
     try:
         cli.main(args=argv, prog_name="ftlab", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo(INTERRUPTED, err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        text, code = interrupted_message(exc)
+        click.echo(text, err=True)
+        sys.exit(code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -121,15 +169,19 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"ftlab: error: {_one_line(exc)}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo(INTERRUPTED, err=True)
-        sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - a bug: say so, never disguise it as bad input
+    except Exception as exc:  # noqa: BLE001 - the user's code, or a bug: say which, never disguise a bug
         if os.environ.get("FTLAB_DEBUG") or _VERBOSE:
             traceback.print_exc()
+        line = _user_code_line(exc)
+        if line is not None:
+            click.echo(f"ftlab: error: {line}", err=True)
+            sys.exit(2)
         click.echo(f"ftlab: internal error: {type(exc).__name__}: {_one_line(exc)} -- this is a bug in ftlab, "
                    "please report it (run with -v for the traceback)", err=True)
         sys.exit(1)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -62,22 +62,21 @@ def point_key(fn: Callable, point: dict) -> str:
 def read_store(store: str | os.PathLike) -> dict[str, dict]:
     """Finished points of a store file, ``{key: {"point":..., "records":[...]}}``.
 
-    A malformed line (a write cut short by a kill) is skipped: that point is simply recomputed.
+    A malformed line -- a write cut short by a kill, bytes that are not UTF-8 or not JSON, an entry
+    without a string ``key`` and a list of record objects -- is skipped: that point is simply recomputed.
     """
     store = Path(store)
     done: dict[str, dict] = {}
     if not store.exists():
         return done
-    with open(store, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
+    with open(store, "rb") as fh:
+        for raw in fh:
             try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
+                entry = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
-            if isinstance(entry, dict) and "key" in entry and "records" in entry:
+            if (isinstance(entry, dict) and isinstance(entry.get("key"), str) and isinstance(entry.get("records"), list)
+                    and all(isinstance(r, dict) for r in entry["records"])):
                 done[entry["key"]] = entry
     return done
 
@@ -178,6 +177,7 @@ def _worker_init(parent: int) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it cancels the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's SIGTERM handler (an exception) would not end us
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="ftlab-parent-watch").start()
 
 
