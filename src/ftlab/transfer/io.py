@@ -1,19 +1,33 @@
-"""Reading and writing checkpoints safely: safetensors, or ``torch.load(weights_only=True)``.
+"""Reading models, checkpoints and calibration files safely; writing checkpoints atomically.
 
-Pickled checkpoints that need arbitrary code to load are refused (``ValueError``), never
-unpickled. A Hugging Face model folder is read from its ``model.safetensors`` (or the shards
-listed in ``model.safetensors.index.json``; a ``pytorch_model.bin`` only with ``weights_only``).
+* Checkpoints: safetensors, or ``torch.load(weights_only=True)``. Pickled checkpoints that need
+  arbitrary code to load are refused (``ValueError``), never unpickled. A Hugging Face model folder
+  is read from its ``model.safetensors``, or from the shards listed in
+  ``model.safetensors.index.json`` -- every shard name must stay inside the folder (no ``..``, no
+  absolute path, no symlink out of it) -- or from a weights-only ``pytorch_model.bin``.
+* :func:`load_model`: an architecture (a Hugging Face config folder or a ``module:function``
+  factory) with a checkpoint's weights. A model folder's own Python code never runs unless the
+  caller passes ``trust_remote_code=True``: a ``config.json`` that names code of its own
+  (``auto_map``) is refused before transformers sees it, every transformers call gets
+  ``trust_remote_code`` explicitly and reads local files only, so no question is ever asked.
+* :func:`load_batches`: calibration batches from a tensor file or a ``module:function`` factory.
+
+Every problem with a file is a ``ValueError`` naming the file (and the field or tensor); an error
+raised by the user's factory or model code is a :class:`~ftlab.core.usercode.UserCodeError` naming
+the role (``"target base: ..."``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
-__all__ = ["load_state_dict", "save_state_dict"]
+__all__ = ["index_shards", "load_batches", "load_model", "load_state_dict", "save_state_dict"]
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
@@ -45,6 +59,38 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"cannot read safetensors file {str(path)!r}: {first}") from exc
 
 
+def _weight_map(index: Path) -> dict[str, str]:
+    try:
+        obj = json.loads(index.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{index}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{index}: expected a JSON object, got {type(obj).__name__}")
+    weight_map = obj.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: field 'weight_map' is missing or empty (it maps tensor names to shard files)")
+    return weight_map
+
+
+def index_shards(folder: str | os.PathLike) -> list[Path]:
+    """The shard files named by ``folder/model.safetensors.index.json``, each confined to ``folder``.
+
+    A name that is not a string, is absolute, has a ``..`` part or resolves (through symlinks) outside
+    the folder is refused with a ``ValueError`` naming the index file and the field.
+    """
+    from ftlab.core.results import confined_path
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    source = f"{index}, field 'weight_map'"
+    names = sorted({v for v in _weight_map(index).values()}, key=str)
+    shards = [confined_path(folder, name, source=source) for name in names]
+    for name, shard in zip(names, shards):
+        if not shard.is_file():
+            raise ValueError(f"{source}: shard {name!r} does not exist in {str(folder)!r}")
+    return shards
+
+
 def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Load a flat ``{name: tensor}`` from a ``.safetensors`` file, a weights-only torch file or an HF folder."""
     path = Path(path)
@@ -56,10 +102,14 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         if single.exists():
             return _load_safetensors(single)
         if index.exists():
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            weight_map = _weight_map(index)
             out: dict[str, torch.Tensor] = {}
-            for s in shards:
-                out.update(_load_safetensors(path / s))
+            for shard in index_shards(path):
+                out.update(_load_safetensors(shard))
+            missing = [k for k in weight_map if k not in out]
+            if missing:
+                raise ValueError(f"{index}: field 'weight_map' lists {missing[0]!r} ({len(missing)} in all), which "
+                                 "none of its shards holds")
             return out
         if (path / "pytorch_model.bin").exists():
             return _load_torch(path / "pytorch_model.bin")
@@ -81,3 +131,140 @@ def save_state_dict(path: str | os.PathLike, state: dict[str, torch.Tensor], *,
 
     data = save({k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}, metadata=metadata)
     return atomic_write_bytes(path, data)
+
+
+def _read_config(folder: Path, role: str, trust_remote_code: bool) -> None:
+    """Check ``folder/config.json`` as plain JSON before transformers reads it; refuse code of its own."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{role}: architecture folder {str(folder)!r} has no config.json")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{role}: {path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{role}: {path}: expected a JSON object, got {type(config).__name__}")
+    if "auto_map" in config and not trust_remote_code:
+        raise ValueError(f"{role}: {path}, field 'auto_map': the folder asks to run Python code of its own; ftlab "
+                         "does not run a model folder's code unless told to (--trust-remote-code, which runs it)")
+
+
+def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool):
+    _read_config(folder, role, trust_remote_code)
+    import transformers
+
+    from ftlab.core.usercode import blame
+
+    found = getattr(transformers, hf_class, None) if hf_class.isidentifier() else None
+    if not isinstance(found, type) or not (hasattr(found, "from_config") or hasattr(found, "config_class")):
+        raise ValueError(f"--hf-class={hf_class!r} is not a model class of transformers")
+    cls: Any = found
+    with blame(f"{role}: reading {folder}/config.json"):
+        config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code,
+                                                         local_files_only=True)
+    with blame(f"{role}: building {hf_class} from {folder}/config.json"):
+        if hf_class.startswith("Auto"):
+            return cls.from_config(config, trust_remote_code=trust_remote_code)
+        return cls(config)
+
+
+def _fit_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], checkpoint: str, role: str) -> None:
+    own = model.state_dict()
+    params = dict(model.named_parameters())
+    missing = [k for k in own if k not in state and k in params]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise ValueError(f"{role}: checkpoint {checkpoint!r} does not fit the architecture "
+                         f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
+    for k, v in state.items():
+        if own[k].shape != v.shape:
+            raise ValueError(f"{role}: {k!r} has shape {tuple(v.shape)} in the checkpoint "
+                             f"but {tuple(own[k].shape)} in the model")
+
+
+def _on_meta(model: torch.nn.Module) -> list[str]:
+    return [k for k, v in itertools.chain(model.named_parameters(), model.named_buffers()) if v.is_meta]
+
+
+def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str = "AutoModel", role: str,
+               trust_remote_code: bool = False) -> torch.nn.Module:
+    """A model for ``checkpoint`` in eval mode: its architecture, then its weights.
+
+    arch : a Hugging Face config folder, a ``module:function`` / ``file.py:function`` factory returning
+        an ``nn.Module``, or ``None`` when ``checkpoint`` is itself a Hugging Face folder.
+    hf_class : the transformers class built from a config folder (``Auto*`` classes via ``from_config``).
+    role : names the model in every error, e.g. ``"target base"`` (its first word names the
+        ``--<word>-arch`` option in the hint for a missing architecture).
+    trust_remote_code : run the Python code a config folder names (``auto_map``); off by default, and
+        such a folder is then refused (see the module docstring).
+
+    The checkpoint must fit exactly: every parameter given, no unknown key, the same shapes.
+    """
+    from ftlab.core.usercode import blame, load_callable
+
+    checkpoint = str(checkpoint)
+    ckpt = Path(checkpoint)
+    if arch is None:
+        if ckpt.is_dir() and (ckpt / "config.json").exists():
+            arch = checkpoint
+        else:
+            flag = f"--{role.split()[0]}-arch"
+            raise ValueError(f"{role}: {checkpoint!r} is not a Hugging Face folder; give its architecture with {flag}")
+    if Path(arch).is_dir():
+        model = _hf_model(Path(arch), hf_class, role, trust_remote_code)
+    else:
+        factory = load_callable(arch, f"{role} architecture")
+        with blame(f"{role}: architecture factory {arch}"):
+            model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{role}: the architecture factory returned {type(model).__name__}, not an nn.Module")
+    state = load_state_dict(checkpoint)
+    _fit_weights(model, state, checkpoint, role)
+    model.load_state_dict(state, strict=False, assign=bool(_on_meta(model)))  # built on meta: take the tensors
+    meta = _on_meta(model)
+    if meta:
+        raise ValueError(f"{role}: {meta[0]!r} is on the meta device (it has no values) and checkpoint {checkpoint!r} "
+                         "does not give it")
+    return model.eval()
+
+
+def _split(path: Path, batch_size: int) -> list[dict[str, torch.Tensor]]:
+    data = load_state_dict(path)
+    if not data:
+        raise ValueError(f"calibration file {str(path)!r} holds no tensors")
+    scalar = [k for k, v in data.items() if v.dim() == 0]
+    if scalar:
+        raise ValueError(f"calibration file {str(path)!r}: tensor {scalar[0]!r} is a scalar; every tensor needs a "
+                         "first (sample) dimension")
+    sizes = {int(v.shape[0]) for v in data.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"calibration file {str(path)!r}: tensors differ in their first dimension ({sorted(sizes)})")
+    n = sizes.pop()
+    return [{k: v[i:i + batch_size] for k, v in data.items()} for i in range(0, n, batch_size)]
+
+
+def load_batches(ref: str, batch_size: int, max_batches: int | None = None, *, what: str = "--data") -> list:
+    """Calibration batches from a tensor file or a ``module:function`` factory.
+
+    A ``.safetensors`` / weights-only torch file (or any existing file) holds tensors with a common
+    first dimension, split into dict batches of ``batch_size`` rows; otherwise ``ref`` names a factory
+    returning an iterable of batches (called, and iterated, as the user's code: its errors are
+    :class:`~ftlab.core.usercode.UserCodeError` naming ``what``). At most ``max_batches`` are kept.
+    """
+    from ftlab.core.usercode import blame, load_callable
+    from ftlab.core.validate import check_int
+
+    check_int("batch_size", batch_size, 1)
+    if max_batches is not None:
+        check_int("max_batches", max_batches, 1)
+    path = Path(ref)
+    if path.suffix in (".safetensors", *_TORCH_SUFFIXES) or path.is_file():
+        batches = _split(path, batch_size)
+    else:
+        factory = load_callable(ref, what)
+        with blame(f"{what} {ref}: the calibration factory"):
+            batches = list(itertools.islice(factory(), max_batches))
+    batches = batches if max_batches is None else batches[:max_batches]
+    if not batches:
+        raise ValueError(f"calibration data {ref!r} yielded no batches")
+    return batches
