@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ftlab.core.validate import check_workers
+from ftlab.core.validate import check_int, check_workers
 from ftlab.report import FULL_SCALE, SECTIONS, ReportContext, run_report
 
 
@@ -33,14 +33,21 @@ def reproduce(sections, full, out, figures, workers, scheduler, seed):
 
     Verdicts: reproduced / reversed / no effect / inconclusive, each with its interval.
     Sweeps resume: rerunning after an interruption recomputes only what was not finished.
+    A section's files and its part of report.md are replaced together, only when it finished:
+    a rerun that fails keeps the earlier complete section (the report says the rerun failed).
+    Exit status: 0 all sections ok or skipped, 2 a section failed on the input or the machine
+    (e.g. a full disk), 1 a section failed on a defect of ftlab.
     A second run on the same --out is refused while the first is running.
     """
     check_workers(workers)
+    check_int("seed", seed, 0)
     ctx = ReportContext(out_dir=out, full=full, figures=tuple(figures) or None, workers=workers,
                         scheduler=scheduler, seed=seed)
     path, status = run_report(ctx, list(sections) or None)
     for name, st in status.items():
         click.echo(f"{name:10s} {st}", err=True)
-    click.echo(str(path))
-    if any(s.startswith("failed") for s in status.values()):
-        raise SystemExit(1)
+    if path is not None:
+        click.echo(str(path))
+    failed = [s for s in status.values() if not s.startswith(("ok", "skipped"))]
+    if failed:
+        raise SystemExit(1 if any("(internal error)" in s for s in failed) else 2)

@@ -197,11 +197,12 @@ def _exact_claims(ctx, out, rows: list[str], own: list[str], body: list[str]) ->
 def _task_claims(ctx, out, sz, rows: list[str], own: list[str], body: list[str]) -> pd.DataFrame:
     """Claims 3-5 from the corner curves and the lambda scan; returns the theory/simulation agreement rows."""
     kw = dict(workers=ctx.workers, scheduler=ctx.scheduler)
+    stores = ctx.section_dir("dln")
     settings = D.corner_settings() + [D._setting("subset", *DRAFT_CORNER_I)]
-    theory = D.curves(settings, sz.alphas, store=out / "tasks_theory.jsonl", **kw)
-    sims = D.simulations(D.corner_settings(), sz.sim_alphas, sz.dim, sz.seeds, store=out / "tasks_sims.jsonl", **kw)
+    theory = D.curves(settings, sz.alphas, store=stores / "tasks_theory.jsonl", **kw)
+    sims = D.simulations(D.corner_settings(), sz.sim_alphas, sz.dim, sz.seeds, store=stores / "tasks_sims.jsonl", **kw)
     scan = D.curves([D._setting("subset", lam, 0.0) for lam in sz.lam_scan], sz.alphas,
-                    store=out / "lambda_scan.jsonl", **kw)
+                    store=stores / "lambda_scan.jsonl", **kw)
     verdicts = D.judge_tasks(theory, sims, sz.alphas, sz.sim_alphas, scan)
     save_table(theory, out / "tasks_theory.csv", params={"alphas": "geomspace(0.005, 0.5)", "c": CORNER_C})
     save_table(sims, out / "tasks_sims.csv", params={"dim": sz.dim, "seeds": list(sz.seeds)})
@@ -227,9 +228,10 @@ def _task_claims(ctx, out, sz, rows: list[str], own: list[str], body: list[str])
 def _imperfect_claim(ctx, out, sz, rows: list[str], body: list[str]) -> pd.DataFrame:
     """Claim 6 (imperfect pretraining); returns the theory/simulation agreement rows."""
     kw = dict(workers=ctx.workers, scheduler=ctx.scheduler)
+    stores = ctx.section_dir("dln")
     settings = D.imperfect_settings()
-    theory = D.curves(settings, sz.alphas, store=out / "imperfect_theory.jsonl", **kw)
-    sims = D.simulations(settings, sz.sim_alphas, sz.dim, sz.seeds, store=out / "imperfect_sims.jsonl", **kw)
+    theory = D.curves(settings, sz.alphas, store=stores / "imperfect_theory.jsonl", **kw)
+    sims = D.simulations(settings, sz.sim_alphas, sz.dim, sz.seeds, store=stores / "imperfect_sims.jsonl", **kw)
     res = D.judge_imperfect(theory, sims, sz.alphas, sz.sim_alphas)
     save_table(theory, out / "imperfect_theory.csv", params=D.IMPERFECT)
     save_table(sims, out / "imperfect_sims.csv", params={**D.IMPERFECT, "dim": sz.dim})
@@ -258,7 +260,7 @@ def _agreement_claim(out, sz, frames: list[pd.DataFrame], rows: list[str], body:
     body.append(TEXT["body_agreement"])
 
 
-def _flow_check(ctx, out) -> str:
+def _flow_check(ctx) -> str:
     """ftlab's own check: gradient flow of the four weight vectors ends at the implicit-bias argmin."""
     from ftlab.core.sweep import grid, run_sweep
     from ftlab.dln.replica.curves import simulate_point
@@ -267,9 +269,10 @@ def _flow_check(ctx, out) -> str:
     pts = [dict(p, dim=dim, seed=ctx.seed, method="flow")
            for p in grid(task=list(D.TASKS), corner=list(REGIME_CORNERS), alpha=[0.1, 0.3])]
     points = [{**D._setting(p.pop("task"), *REGIME_CORNERS[p.pop("corner")]), **p} for p in pts]
-    flow = run_sweep(simulate_point, points, store=out / "flow_check.jsonl", workers=ctx.workers,
+    stores = ctx.section_dir("dln")
+    flow = run_sweep(simulate_point, points, store=stores / "flow_check.jsonl", workers=ctx.workers,
                      scheduler=ctx.scheduler, desc="dln gradient flows")
-    pred = run_sweep(simulate_point, [dict(p, method="implicit") for p in points], store=out / "flow_check_pred.jsonl",
+    pred = run_sweep(simulate_point, [dict(p, method="implicit") for p in points], store=stores / "flow_check_pred.jsonl",
                      workers=ctx.workers, scheduler=ctx.scheduler, desc="dln implicit-bias argmin")
     gap = float(np.max(np.abs(flow.sim_error.to_numpy() - pred.sim_error.to_numpy())))
     ok = bool(flow.sim_converged.all())
@@ -279,8 +282,9 @@ def _flow_check(ctx, out) -> str:
 
 
 def run(ctx) -> str:
-    """Write the dln section's tables and figures under ``ctx.out_dir/dln`` and return its Markdown."""
-    out = ctx.section_dir("dln")
+    """Write the dln section's tables and figures to ``ctx.output_dir("dln")`` and return its Markdown (the sweep
+    stores stay in ``ctx.section_dir("dln")``, so an interrupted run resumes)."""
+    out = ctx.output_dir("dln")
     sz = D.size(ctx.full, ctx.seed)
     rows: list[str] = []
     own: list[str] = []
@@ -294,7 +298,7 @@ def run(ctx) -> str:
     if agree_frames:
         _agreement_claim(out, sz, agree_frames, rows, body)
     if ctx.wants("flow_check"):
-        own.append(_flow_check(ctx, out))
+        own.append(_flow_check(ctx))
     parts = [TEXT["intro"], *rows, ""]
     if own:
         parts += [TEXT["own_head"], *own, ""]

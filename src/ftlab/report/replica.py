@@ -232,7 +232,7 @@ def _fig3(ctx) -> str:
                 settings.append(s)
     theory = _curves(ctx, "fig3", settings, size["alphas"])
     sims = _sims(ctx, "fig3", settings, size["sim_alphas"], size["dim"], size["seeds"])
-    d = ctx.section_dir("replica")
+    d = ctx.output_dir("replica")
     save_table(theory, d / "fig3_theory.csv", params={"figure": "fig3"})
     save_table(sims, d / "fig3_sims.csv", params={"figure": "fig3", "dim": size["dim"], "seeds": size["seeds"]})
     fig, axes = new_figure(2, 3, size=(15, 8.5))
@@ -288,7 +288,7 @@ def _fig4(ctx) -> str:
     theory = _curves(ctx, "fig4", settings, alphas)
     seeds = size["seeds"] if ctx.full else [0, 1, 2, 3, 4]
     sims = _sims(ctx, "fig4", settings, TABLE_ALPHAS, size["dim"], seeds)
-    d = ctx.section_dir("replica")
+    d = ctx.output_dir("replica")
     save_table(theory, d / "fig4_theory.csv", params={"figure": "fig4"})
     save_table(sims, d / "fig4_sims.csv", params={"figure": "fig4", "dim": size["dim"], "seeds": seeds})
     fig, ax = new_figure(size=(7, 5))
@@ -362,7 +362,7 @@ def _lorder(ctx) -> str:
             ax.set_ylabel(key)
             ax.set_title(f"{lab} over |beta_PT| x {title}", fontsize=8)
             fig.colorbar(mesh, ax=ax)
-    d = ctx.section_dir("replica")
+    d = ctx.output_dir("replica")
     save_figure(fig, d / "lorder.png")
     allf = pd.concat(frames)
     save_table(allf, d / "lorder.csv", params={"figure": "lorder", "beta_ft": 1.0})
@@ -417,7 +417,7 @@ def _single_task(ctx) -> str:
               for c in cs for lam in lams for a in sim_alphas for s in seeds]
     raw = run_sweep(single_task_point, points, store=ctx.section_dir("replica") / "single_task_sims.jsonl",
                     scheduler=ctx.scheduler, workers=ctx.workers, desc="single-task flows")
-    d = ctx.section_dir("replica")
+    d = ctx.output_dir("replica")
     save_table(raw, d / "single_task_sims.csv", params={"figure": "single_task"})
     fig, axes = new_figure(1, 2, size=(11, 4))
     rows = []

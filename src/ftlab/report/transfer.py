@@ -127,9 +127,9 @@ def run(ctx: ReportContext) -> str:
 
     notes = check_data(full=ctx.full)
     cfg = full_config() if ctx.full else quick_config()
-    out = ctx.section_dir("transfer")
+    out = ctx.output_dir("transfer")
     t0 = time.perf_counter()
-    raw = run_benchmark(cfg, store=out / ("runs-full.jsonl" if ctx.full else "runs-quick.jsonl"),
+    raw = run_benchmark(cfg, store=ctx.section_dir("transfer") / ("runs-full.jsonl" if ctx.full else "runs-quick.jsonl"),
                         workers=ctx.workers, scheduler=ctx.scheduler)
     wall = time.perf_counter() - t0
     params = cfg.to_dict()
