@@ -114,6 +114,18 @@ def task_options(f):
     return command
 
 
+#: Memory of one simulated run's parameters and record while a sweep holds them (bytes, generous).
+RUN_BYTES = 4096
+
+
+def check_runs(seeds: int, n_alphas: int) -> None:
+    """Refuse, before any work, ``--seeds`` x alpha values whose runs' records cannot fit in memory."""
+    from ftlab.core.validate import check_memory
+
+    check_memory(f"--seeds {seeds} x {n_alphas} alpha value(s) ({seeds * n_alphas:,} simulated runs)",
+                 RUN_BYTES * seeds * n_alphas, hint="reduce --seeds")
+
+
 def setting_record(spec, scales, alpha_pt) -> dict:
     """The inputs every record of ``ftlab theory simulate / curve`` starts with, in this order."""
     return {"c": scales.c, "lam": scales.lam, "gamma": scales.gamma, "rho_pt": spec.rho_pt, "rho_ft": spec.rho_ft,

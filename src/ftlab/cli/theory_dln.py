@@ -7,7 +7,14 @@ import itertools
 import click
 
 from ftlab.cli.output import emit, format_option
-from ftlab.cli.theory import alpha_pt_option, repeatable_scale_options, scales_options, setting_record, task_options
+from ftlab.cli.theory import (
+    alpha_pt_option,
+    check_runs,
+    repeatable_scale_options,
+    scales_options,
+    setting_record,
+    task_options,
+)
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -51,7 +58,7 @@ def metrics(c, lam, gamma, beta_pt, beta_ft, fmt):
 @alpha_pt_option
 @click.option("--alpha", type=float, multiple=True, default=(0.3,), show_default=True,
               help="FT samples per dimension (N = round(alpha D)). Repeatable.")
-@click.option("--dim", type=int, default=500, show_default=True, help="Dimension D.")
+@click.option("--dim", type=int, default=500, show_default=True, help="Dimension D (>= 2).")
 @click.option("--seeds", type=int, default=1, show_default=True, help="Number of seeds (0 .. seeds-1).")
 @click.option("--method", type=click.Choice(["flow", "gd"]), default="flow", show_default=True,
               help="Exact gradient flow, or the authors' GD (lr 0.5, stop at train MSE < 1e-4).")
@@ -80,14 +87,15 @@ def simulate(scales, spec, alpha_pt, alpha, dim, seeds, method, beta_pt, beta_ft
     from ftlab.core.progress import progress
     from ftlab.core.validate import check_int, check_memory, check_positive
     from ftlab.dln.regimes import metrics as compute
-    from ftlab.dln.simulate import memory_estimate, simulate_ptft
+    from ftlab.dln.simulate import MIN_DIM, memory_estimate, simulate_ptft
 
-    dim = check_int("dim", dim, 1)
+    dim = check_int("dim", dim, MIN_DIM)
     seeds = check_int("seeds", seeds, 1)
     for a in alpha:
         check_positive("alpha", a)
     if alpha_pt is not None:
         check_positive("alpha_pt", alpha_pt)
+    check_runs(seeds, len(alpha))
     check_memory(f"simulate --dim {dim} --alpha {max(alpha):g}", memory_estimate(dim=dim, alpha=max(alpha),
                                                                                  alpha_pt=alpha_pt),
                  hint="reduce --dim or --alpha")

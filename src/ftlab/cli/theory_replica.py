@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ftlab.cli.output import emit, format_option
-from ftlab.cli.theory import alpha_pt_option, scales_options, setting_record, task_options
+from ftlab.cli.theory import alpha_pt_option, check_runs, scales_options, setting_record, task_options
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -53,7 +53,7 @@ def parse_alphas(values: tuple[str, ...], grid: str | None, *, allow_long: bool 
 @click.option("--alphas", "alpha_grid", default=None, help="Grid START:STOP:N (inclusive linspace), e.g. 0.01:0.5:80.")
 @click.option("--seeds", type=int, default=0, show_default=True,
               help="Simulated seeds per alpha (0 = theory only).")
-@click.option("--dim", type=int, default=1000, show_default=True, help="Dimension D of the simulations.")
+@click.option("--dim", type=int, default=1000, show_default=True, help="Dimension D of the simulations (>= 2).")
 @click.option("--sim-method", type=click.Choice(["implicit", "flow", "gd"]), default="implicit", show_default=True,
               help="Simulation: exact FT interpolator argmin Q_k (implicit), gradient flow, or the authors' GD.")
 @click.option("--expectation", type=click.Choice(["quadrature", "mc"]), default="quadrature", show_default=True,
@@ -92,13 +92,14 @@ def curve(scales, spec, alpha_pt, alpha, alpha_grid, seeds, dim, sim_method, exp
     from ftlab.core.results import output_lock
     from ftlab.core.validate import check_int, check_memory, check_workers
     from ftlab.dln.replica.curves import ExpectationOptions, learning_curve
-    from ftlab.dln.simulate import memory_estimate
+    from ftlab.dln.simulate import MIN_DIM, memory_estimate
 
     check_workers(workers)
     alphas = parse_alphas(alpha, alpha_grid, allow_long=allow_long)
     check_int("seeds", seeds, 0)
+    check_int("dim", dim, MIN_DIM)
     if seeds > 0:
-        check_int("dim", dim, 2)
+        check_runs(seeds, len(alphas))
         check_memory(f"simulations at --dim {dim}, alpha {max(alphas):g}",
                      memory_estimate(dim=dim, alpha=max(alphas), alpha_pt=alpha_pt), hint="reduce --dim")
     with output_lock(out) if out is not None else contextlib.nullcontext():
@@ -134,7 +135,7 @@ def _write_curve(df, out: Path, *, params: dict, title: str) -> None:
     """curve.csv (+ sidecar) and curve.png in ``out``, both or neither."""
     from ftlab.core.results import save_table, staged_output
 
-    with staged_output(out) as stage:
+    with staged_output(out, name="curve") as stage:
         save_table(df, stage / "curve.csv", params=params)
         _plot_curve(df, stage / "curve.png", title=title)
 
@@ -207,16 +208,19 @@ def advise(spec, alpha_pt, alpha, no_refine, phase_out, phase_size, scheduler, w
 
 
 def _phase(spec, alpha, alpha_pt, n: int, target: Path, **run) -> None:
-    """The n x n best-regime phase diagram at ``alpha``: ``target`` (PNG) and its CSV, both or neither."""
+    """The n x n best-regime phase diagram at ``alpha``: ``target`` (PNG) and its CSV, both or neither (one output
+    set per target name in its folder, which is locked while the diagram is computed)."""
+    import re
+
     import numpy as np
 
     from ftlab.core.results import output_lock, save_table, staged_output
     from ftlab.dln.advisor import phase_diagram
 
-    with output_lock(target.with_suffix("")):
+    with output_lock(target.parent):
         df = phase_diagram(spec, alpha=alpha, overlaps=np.linspace(0.0, 1.0, n), ratios=np.geomspace(0.05, 5.0, n),
                            alpha_pt=alpha_pt, **run)
-        with staged_output(target.parent) as stage:
+        with staged_output(target.parent, name="phase-" + re.sub(r"[^A-Za-z0-9_.-]", "_", target.stem)[:90]) as stage:
             save_table(df, stage / target.with_suffix(".csv").name, params={"rho_pt": spec.rho_pt, "alpha": alpha})
             plot_phase(df, stage / target.name, title=f"best regime, rho_PT={spec.rho_pt:g}, alpha_FT={alpha:g}")
 

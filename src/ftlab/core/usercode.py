@@ -11,6 +11,9 @@
   An exception whose innermost frame outside installed libraries is ftlab's own code (a hook ftlab
   put into the model, say) is left alone: that is a defect of ftlab, not of the user.
 * :func:`culprit` says whose code raised an exception: ``"user"``, ``"ftlab"`` or ``"library"``.
+* :func:`check_callable` / :func:`check_model`: the Python API's first check of a user's function or
+  model, a ``ValueError`` naming the argument (a string where a loss function belongs, a model
+  whose weights are on the meta device).
 
 Frames count as *library* when their file lies in the standard library or in ``site-packages``
 (torch, transformers, ...), and so do ftlab's reference models (``ftlab.models``), which are
@@ -30,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-__all__ = ["UserCodeError", "blame", "culprit", "describe", "load_callable"]
+__all__ = ["UserCodeError", "blame", "check_callable", "check_model", "culprit", "describe", "load_callable"]
 
 _FTLAB = os.path.realpath(Path(__file__).resolve().parents[1])
 _MODELS = os.path.join(_FTLAB, "models")
@@ -146,3 +149,25 @@ def load_callable(ref: str, what: str):
     if not callable(fn):
         raise ValueError(f"{what}: {mod_name!r} has no callable {attr!r}")
     return fn
+
+
+def check_callable(name: str, value):
+    """Require a callable (e.g. ``loss(model, batch)``); ``ValueError`` naming the argument otherwise."""
+    if not callable(value):
+        hint = " (a module:function string is read by the ftlab command, not by the Python API)" \
+            if isinstance(value, str) else ""
+        raise ValueError(f"{name}={value!r} is not callable: give a function{hint}")
+    return value
+
+
+def check_model(name: str, model):
+    """Require a ``torch.nn.Module`` whose parameters and buffers hold values (none on the meta device)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{name} is a {type(model).__name__}, not a torch.nn.Module")
+    for key, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_meta:
+            raise ValueError(f"{name}: {key!r} is on the meta device (it has no values): load the model's weights "
+                             "first, e.g. model.load_state_dict(state, assign=True)")
+    return model

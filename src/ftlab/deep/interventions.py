@@ -30,6 +30,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ftlab.core.usercode import check_model
 from ftlab.core.validate import check_choice, check_finite, check_nonnegative, check_positive, check_range
 
 ReadoutMode = Literal["normal", "zero", "constant"]
@@ -88,6 +89,7 @@ def find_readout(model: nn.Module, readout: str | None = None) -> tuple[str, nn.
     """The readout ``(name, nn.Linear)``: ``readout`` if given, else ``model.ftlab_readout``, else a
     top-level ``nn.Linear`` named fc/head/classifier/readout/unembed/lm_head/out, else the last
     top-level ``nn.Linear``. Raises ``ValueError`` if none is found."""
+    check_model("model", model)
     name = readout or getattr(model, "ftlab_readout", None)
     if name is None:
         children = dict(model.named_children())
@@ -117,6 +119,7 @@ def absolute_scale_(model: nn.Module, s: float, *, include_readout: bool = True,
     """Absolute scale s: multiply every parameter (optionally not the readout, normalization affine
     parameters or biases) by ``s`` in place, as the weight rescaling of Lippl & Lindsey (2024, arXiv 2310.02396); the
     analogue of c_PT. Buffers (BatchNorm running statistics) are not touched."""
+    check_model("model", model)
     check_positive("s", s)
     norm = {f"{mn}.{pn}" if mn else pn for mn, m in model.named_modules() if isinstance(m, _NORM_TYPES)
             for pn, _ in m.named_parameters(recurse=False)}
@@ -154,6 +157,7 @@ def reinit_readout_(model: nn.Module, *, gamma: float, mode: ReadoutMode = "norm
         gives the same draw up to its scale for every gamma.
     The new layer has the old one's dtype and device. Raises ``ValueError`` if no readout is found.
     """
+    check_model("model", model)
     check_choice("mode", mode, ("normal", "zero", "constant"))
     check_finite("gamma", gamma)
     if mode == "normal":
@@ -225,6 +229,7 @@ def balancedness(model: nn.Module) -> float:
     the squared norms of the input embeddings (token and positional) and ``W_U`` is the readout
     weight: Kunin et al.'s (2024) per-neuron conserved quantity, summed and normalized; -1 = all the
     scale in the readout ("upstream")."""
+    check_model("model", model)
     inputs, readout, _, _ = _stream_parts(model)
     a = float(sum(float(p.detach().double().pow(2).sum()) for p in inputs))
     b = float(readout.weight.detach().double().pow(2).sum())
@@ -239,6 +244,7 @@ def rescale_stream_(model: nn.Module, a: float) -> float:
     (attention scores unchanged); value bias and every bias written into the stream x ``a`` (a ReLU
     MLP then scales with its input); the readout weight x ``1/a`` (its bias unchanged). Refuses
     (``ValueError``) models with normalization layers or modules it does not know. Returns ``a``."""
+    check_model("model", model)
     check_positive("a", a)
     inputs, readout, attn, inner = _stream_parts(model)
     with torch.no_grad():
@@ -263,6 +269,7 @@ def set_balancedness_(model: nn.Module, target: float) -> BalanceRecord:
 
     With ``E = ||W_in||^2`` and ``U = ||W_U||^2`` the stream factor is
     ``a = (U (1 + target) / (E (1 - target)))^(1/4)``."""
+    check_model("model", model)
     check_range("target", target, -1.0, 1.0, lo_open=True, hi_open=True)
     inputs, readout, _, _ = _stream_parts(model)
     E = float(sum(float(p.detach().double().pow(2).sum()) for p in inputs))
@@ -285,6 +292,7 @@ def recalibrate_batchnorm_(model: nn.Module, X: torch.Tensor, *, batch_size: int
     average, ``momentum=None``). Leaves the model in eval mode; returns the number of BatchNorm
     layers recalibrated.
     """
+    check_model("model", model)
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     saved = [m.momentum for m in bns]
     for m in bns:

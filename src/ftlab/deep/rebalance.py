@@ -64,6 +64,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
+from ftlab.core.usercode import check_model
 from ftlab.core.validate import check_choice, check_positive
 
 __all__ = ["RebalanceRecord", "UnitFactor", "rebalance_"]
@@ -398,6 +399,7 @@ def rebalance_(model: nn.Module, kappa: float = 1.0, *, scale: float = 1.0,
     Returns a :class:`RebalanceRecord`. Raises a one-line ``ValueError`` for networks whose function
     no rescale preserves (see the module docs for the list) and for ``kappa <= 0`` or ``scale <= 0``.
     """
+    check_model("model", model)
     check_positive("kappa", kappa)
     check_positive("scale", scale)
     check_choice("normalization", normalization, ("refuse", "absorb"))

@@ -23,7 +23,10 @@ from ftlab.dln.tasks import TaskSpec, sample_problem
 
 Method = Literal["flow", "gd"]
 
-__all__ = ["SimulationResult", "memory_estimate", "simulate_ptft"]
+__all__ = ["MIN_DIM", "SimulationResult", "memory_estimate", "simulate_ptft"]
+
+#: The smallest dimension D of a simulation, the same in every function and command that simulates.
+MIN_DIM = 2
 
 
 def memory_estimate(*, dim: int, alpha: float, alpha_pt: float | None = None) -> int:
@@ -90,7 +93,7 @@ def simulate_ptft(spec: TaskSpec, scales: InitScales, *, alpha: float, dim: int,
     """
     check_setting(spec, scales)
     check_positive("alpha", alpha)
-    dim = check_int("dim", dim, 1)
+    dim = check_int("dim", dim, MIN_DIM)
     seed = check_int("seed", seed, 0)
     check_choice("method", method, ("flow", "gd"))
     prob = sample_problem(spec, alpha=alpha, dim=dim, seed=seed, alpha_pt=alpha_pt)

@@ -230,8 +230,10 @@ def simulated_error(spec: TaskSpec, scales: InitScales, *, alpha: float, dim: in
     network itself). dim : D (>= 2). A failed interpolator solve gives a flagged point
     (``sim_error`` NaN, ``sim_converged`` False), not an exception.
     """
+    from ftlab.dln.simulate import MIN_DIM
+
     check_setting(spec, scales)
-    check_int("dim", dim, 2)
+    check_int("dim", dim, MIN_DIM)
     check_choice("method", method, ("implicit", "flow", "gd"))
     if method != "implicit":
         from ftlab.dln.simulate import simulate_ptft
