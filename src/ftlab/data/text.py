@@ -190,8 +190,8 @@ def load_minilm_l6():
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        model = BertModel.from_pretrained(str(path), add_pooling_layer=False)
-        tok = AutoTokenizer.from_pretrained(str(path))
+        model = BertModel.from_pretrained(str(path), add_pooling_layer=False, local_files_only=True, trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     finally:
         hf_logging.set_verbosity(level)
         hf_logging.enable_progress_bar()
@@ -263,10 +263,10 @@ def load_minilm_l3():
     from transformers import AutoTokenizer, BertConfig
 
     l6 = minilm_l6_path()
-    config = BertConfig.from_pretrained(str(l6))
+    config = BertConfig.from_pretrained(str(l6), local_files_only=True, trust_remote_code=False)
     config.num_hidden_layers = 3
     model = bert_from_onnx(minilm_l3_onnx_path(), config)
-    tok = AutoTokenizer.from_pretrained(str(l6))
+    tok = AutoTokenizer.from_pretrained(str(l6), local_files_only=True, trust_remote_code=False)
     return model, tok
 
 
@@ -303,8 +303,9 @@ def load_mpnet_base(cache: str | os.PathLike | None = None):
     from transformers import AutoTokenizer, MPNetModel
 
     with _quiet_hf():
-        model = MPNetModel.from_pretrained(str(path), add_pooling_layer=False)
-        tok = AutoTokenizer.from_pretrained(str(path))
+        model = MPNetModel.from_pretrained(str(path), add_pooling_layer=False, local_files_only=True,
+                                           trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     return model.eval(), tok
 
 
