@@ -6,12 +6,15 @@
 * :func:`save_table`: a tidy :class:`pandas.DataFrame` as CSV (or Parquet, by extension) plus a
   JSON sidecar ``<file>.meta.json`` holding the parameters, the ftlab version, the seed and the
   time of writing.
-* :func:`save_json` / :func:`load_table`.
-* :func:`output_lock`: one run at a time per output folder (a lock file beside it; a second run on
-  the same folder is refused with a clear message, never interleaved).
-* :func:`staged_output`: all-or-nothing outputs of one command -- files are written into a staging
-  folder beside the target and moved into place only when the command succeeded, so a failed run
-  (full disk, error, interrupt) leaves no partial set and never damages a previous complete one.
+* :func:`save_json` / :func:`load_table` (which can require columns and numbers, naming the file).
+* :func:`check_output_place`: an output folder that is, contains or lies inside an input is refused.
+* :func:`output_lock`: one run at a time per output folder, by the folder's identity (the lock file
+  is inside the resolved folder; a second run is refused with a clear message, never interleaved).
+* :func:`staged_output`: whole-or-nothing output *sets* -- files are written into a staging folder
+  inside the output folder and replace the previous set of the same name as one unit (journaled,
+  completed by the next lock after a kill), so a failed, interrupted or killed run never leaves a
+  mix of old and new files, and a set's stale files do not survive beside a new one.
+* :func:`confined_path`: a file name read from an untrusted file, kept inside its folder.
 
 Files are created with the user's umask (like ``open``), not the private 0600 of temporary files.
 An ``OSError`` while writing names the target path (not the temporary file).
