@@ -356,3 +356,21 @@ def test_a_manifest_cannot_make_ftlab_delete_outside_its_folder(tmp_path):
         with staged_output(out) as st:
             _write(st, {"b.txt": b"2"})
     assert victim.read_text() == "keep me" and _files(out) == {"a.txt": b"1"}
+
+
+def test_ctrl_c_during_the_commit_is_held_until_the_set_is_in_place(old_set, monkeypatch):
+    real, sent = os.replace, []
+
+    def replace(src, dst, **kw):
+        if ".ftlab-commit-" in str(src) and not sent:  # the first rename that installs a file of the new set
+            sent.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return real(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        with staged_output(old_set) as st:
+            _write(st, NEW)
+    monkeypatch.setattr(os, "replace", real)
+    assert sent and _files(old_set) == {**NEW, **USER} and _leftovers(old_set) == []
+    assert R.output_outcomes()[-1].endswith("the new output is complete")
