@@ -73,9 +73,9 @@ def test_the_python_api_names_the_argument(tmp_path):
     torch = pytest.importorskip("torch")
     from ftlab.deep import absolute_scale_, rebalance_, reinit_readout_
 
-    with pytest.raises(ValueError, match="loss='mymodels:loss' is not callable.*not by the Python API"):
+    with pytest.raises(TypeError, match="loss='mymodels:loss' is not callable.*not by the Python API"):
         check_callable("loss", "mymodels:loss")
-    with pytest.raises(ValueError, match="model is a str, not a torch.nn.Module"):
+    with pytest.raises(TypeError, match="model is a str, not a torch.nn.Module"):
         rebalance_("resnet18", 0.5)
     with torch.device("meta"):
         net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))

@@ -12,8 +12,8 @@
   put into the model, say) is left alone: that is a defect of ftlab, not of the user.
 * :func:`culprit` says whose code raised an exception: ``"user"``, ``"ftlab"`` or ``"library"``.
 * :func:`check_callable` / :func:`check_model`: the Python API's first check of a user's function or
-  model, a ``ValueError`` naming the argument (a string where a loss function belongs, a model
-  whose weights are on the meta device).
+  model, naming the argument: a ``TypeError`` for the wrong kind of object (a string where a loss
+  function belongs), a ``ValueError`` for a model whose weights are on the meta device.
 
 Frames count as *library* when their file lies in the standard library or in ``site-packages``
 (torch, transformers, ...), and so do ftlab's reference models (``ftlab.models``), which are
@@ -152,20 +152,21 @@ def load_callable(ref: str, what: str):
 
 
 def check_callable(name: str, value):
-    """Require a callable (e.g. ``loss(model, batch)``); ``ValueError`` naming the argument otherwise."""
+    """Require a callable (e.g. ``loss(model, batch)``); ``TypeError`` naming the argument otherwise."""
     if not callable(value):
         hint = " (a module:function string is read by the ftlab command, not by the Python API)" \
             if isinstance(value, str) else ""
-        raise ValueError(f"{name}={value!r} is not callable: give a function{hint}")
+        raise TypeError(f"{name}={value!r} is not callable: give a function{hint}")
     return value
 
 
 def check_model(name: str, model):
-    """Require a ``torch.nn.Module`` whose parameters and buffers hold values (none on the meta device)."""
+    """Require a ``torch.nn.Module`` (else ``TypeError``) whose parameters and buffers hold values (else
+    ``ValueError``: one on the meta device), naming the argument."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"{name} is a {type(model).__name__}, not a torch.nn.Module")
+        raise TypeError(f"{name} is a {type(model).__name__}, not a torch.nn.Module")
     for key, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_meta:
             raise ValueError(f"{name}: {key!r} is on the meta device (it has no values): load the model's weights "
