@@ -55,7 +55,7 @@ def test_factored_and_dense_solves_agree_on_random_low_rank_statistics(seed, d_a
     primary = rows(n, d_a, d_b, seed, tie=kind == "tie", zero=kind == "zero", rank=max(1, n // 2) if kind == "low" else None)
     chain = [("naive", None)] if n2 == 0 else [("act", rows(n2, d_a, d_b, seed + 1)), ("naive", None)]
     fac, den = both(primary, chain, center=center)
-    assert isinstance(fac.R, LowRankMap) and isinstance(den.R, torch.Tensor)
+    assert isinstance(den.R, torch.Tensor)  # the factored map is low-rank or, where that is no smaller, dense
     assert (fac.rank, fac.dims, fac.completed) == (den.rank, den.dims, den.completed)
     torch.testing.assert_close(as_dense(fac.R), den.R, atol=1e-8, rtol=0)
     R = den.R  # a (semi-)orthogonal map either way
@@ -124,9 +124,9 @@ class Wide(nn.Module):
         return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
 
 
-def _wide_pair():
-    A = Wide().double()
-    perm = torch.randperm(320, generator=torch.Generator().manual_seed(1))
+def _wide_pair(h=320):
+    A = Wide(h).double()
+    perm = torch.randperm(h, generator=torch.Generator().manual_seed(1))
     B = copy.deepcopy(A)
     with torch.no_grad():
         B.fc1.weight.copy_(A.fc1.weight[perm])
@@ -156,10 +156,10 @@ def ce(model, batch):
 
 
 def test_a_wide_map_fitted_from_few_rows_keeps_rows_solves_factored_and_recovers_a_permuted_copy():
-    A, A_ft, B, truth, batches = _wide_pair()
-    res = fit_transfer(A, A_ft, B, batches, ce)  # 72 rows < 320: rows kept, factored solves
+    A, A_ft, B, truth, batches = _wide_pair(1024)
+    res = fit_transfer(A, A_ft, B, batches, ce)  # 72 rows < 1024: rows kept, factored solves, low-rank maps
     wide = [f for fits in res.fits.values() for f in fits if f is not None and min(f.R.shape) >= 256]
-    assert wide and all(isinstance(f.R, LowRankMap) for f in wide)
+    assert wide and any(isinstance(f.R, LowRankMap) for f in wide)
     err = (TaskVector({k: res.task_vector[k] - truth[k] for k in truth})).norm() / truth.norm()
     assert err < 1e-8
     # today's path (dense sums, dense solves) gives the same task vector

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ __all__ = [
     "check_work",
     "available_memory",
     "peak_rss_mb",
+    "trim_memory",
 ]
 
 
@@ -148,6 +150,33 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+_LIBC: Any = None
+
+
+def trim_memory() -> None:
+    """Return freed heap memory to the operating system (glibc's ``malloc_trim``; a no-op elsewhere).
+
+    glibc keeps freed buffers of up to 32 MB in its heap, so a loop that allocates and frees large
+    temporaries (the rows of each calibration batch) keeps its peak resident memory long after the
+    buffers are gone. The first call fixes glibc's mmap threshold at 1 MB (buffers that large are
+    mapped on their own and unmapped when freed); each call trims the heap.
+    """
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC = lib if hasattr(lib, "malloc_trim") and hasattr(lib, "mallopt") else False
+        except OSError:
+            _LIBC = False
+        if _LIBC:  # buffers of 1 MB and more are mapped and unmapped as a whole: freed, they leave no holes
+            _LIBC.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD (fixing it also stops glibc from raising it)
+    if _LIBC:
+        _LIBC.malloc_trim(0)
 
 
 def _gib(n: float) -> str:

@@ -295,8 +295,10 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     source = source_base if opts.source_stats == "base" else \
         (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
     stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts)
+    box: list[Statistics] = [stats]
+    del stats  # not held here: the method may free each statistic once its solves are done
     t_fit = time.perf_counter()
-    fitted = m.prepare(problem, stats)
+    fitted = m.prepare(problem, box.pop())
     t_apply = time.perf_counter()
     tau_b = fitted.apply(tau_a)
     timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}

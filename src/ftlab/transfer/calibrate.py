@@ -33,7 +33,7 @@ from ftlab.core.hooks import Captured, capture, param_uses
 from ftlab.core.modes import module_mode, requires_grad
 from ftlab.core.progress import progress
 from ftlab.core.stats import CrossMoments, RowMoments, cross_moments_nbytes
-from ftlab.core.validate import available_memory
+from ftlab.core.validate import available_memory, trim_memory
 from ftlab.transfer.align import AffineMoments, align_tokens, to_tokens
 from ftlab.transfer.batches import CalibrationData, default_forward, padding_mask, samples_in
 from ftlab.transfer.factored import FACTORED_MIN_WIDTH
@@ -223,8 +223,11 @@ class _Pass:
                                  "(zero_params)")
         self.owners = share_rows(self.plan, self.signatures(self.by_key))
         keys = collected(self.plan, self.owners)
-        rows0 = {k: self.rows(self.by_key[k], batch_a, batch_b) for k in keys}
-        expected = {k: (0 if got is None else got[0].shape[0]) * (total or 1) for k, got in rows0.items()}
+        expected = {}
+        for k in keys:  # rows are counted one request at a time (holding them all would double the batch's memory)
+            got = self.rows(self.by_key[k], batch_a, batch_b)
+            expected[k] = (0 if got is None else got[0].shape[0]) * (total or 1)
+            del got
         self.caps = self._row_caps(keys)
         kept = {k for k in keys if expected[k] < self.caps[k]}
         derived = {k: (self.by_key[k].dims, self.owners.get(base, base)) for k, base in self.plan.derived.items()}
@@ -232,9 +235,7 @@ class _Pass:
                       second=self.plan.second, batch_dtype=self.opts.torch_batch_dtype, limit=self.opts.memory_limit)
         self.accumulators = {k: self._new(self.by_key[k].dims, k in kept) for k in keys}
         self.check_keys = aliased(self.owners)
-        for k, got in rows0.items():
-            if got is not None:
-                self._update(k, got, 0)
+        self.add(batch_a, batch_b, 0)
 
     def _row_caps(self, keys: list[Key]) -> dict[Key, int]:
         """Per accumulator, the number of rows below which it keeps them: the width of the widest map that reads
@@ -339,6 +340,7 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                 state.add(ba, bb, k)
             ca.clear()
             cb.clear()
+            trim_memory()  # the batch's temporaries are freed: give their memory back (bounds the peak)
             n += 1
     if n == 0:
         raise ValueError("the calibration data yielded no batches")

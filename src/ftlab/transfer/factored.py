@@ -169,7 +169,7 @@ def _naive_step(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[LowRa
 
 
 def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, rank_tol: float, n_max: int,
-                   rtol_of) -> tuple[LowRankMap, int, torch.Tensor, list[tuple[str, int]]] | None:
+                   rtol_of) -> tuple[LowRankMap | torch.Tensor, int, torch.Tensor, list[tuple[str, int]]] | None:
     """The completed Procrustes map of ``C = F_A^T F_B`` in factored form.
 
     ``chain``: ``(label, (G_A, G_B) or None)`` -- the completion statistics' factors, ``None`` for the
@@ -182,7 +182,10 @@ def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, ran
     if d_a > d_b:  # a narrower target: solve the transposed problem
         got = factored_solve(F_B, F_A, chain=[(lab, None if f is None else (f[1], f[0])) for lab, f in chain],
                              rank_tol=rank_tol, n_max=n_max, rtol_of=rtol_of)
-        return None if got is None else (got[0].transpose(), got[1], got[2], got[3])
+        if got is None:
+            return None
+        R_t = got[0]
+        return (R_t.transpose() if isinstance(R_t, LowRankMap) else R_t.T), got[1], got[2], got[3]
     U, s, V = _svd_of_factors(F_A, F_B)
     r = int((s > s[0] * rank_tol).sum()) if s.numel() and float(s[0]) > 0 else 0
     r = min(r, n_max)
@@ -196,6 +199,8 @@ def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, ran
             R, filled = step
             if filled:
                 used.append((label, filled))
+            if R.rank * (d_a + d_b) >= d_a * d_b:  # the correction is no smaller than the matrix: keep the matrix
+                return R.dense(), r, s, used
             return R, r, s, used
         G_A, G_B = fac
         scale = _fro_cross(G_A, G_B)

@@ -134,8 +134,8 @@ class FittedMaps:
             pt_b, pt_a = p.target_spec.points[tp], p.source_spec.points[sp]
             f_in, f_out = self.fits[tp]
             R_in: torch.Tensor | None
-            if pt_b.kind == "embedding":
-                R_in = None  # the vocabulary is shared: tau_B = tau_A R_out needs no input map (no V x V identity)
+            if pt_b.kind in ("embedding", "norm", "norm2d"):
+                R_in = None  # a vocabulary, or a per-channel layer: its rules read R_out only (no d x d identity)
             else:
                 R_in = f_in.R if f_in is not None else naive_map(pt_a.in_dim, pt_b.in_dim)
             R_out = f_out.R if f_out is not None else naive_map(pt_a.out_dim, pt_b.out_dim)
@@ -231,14 +231,18 @@ class ProcrustesTransfer:
         if not isinstance(stats, Mapping):
             raise TypeError(f"{self.name}: prepare needs the calibration statistics (a mapping), got {type(stats).__name__}")
         jobs = {tp: self.solves(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
-        solved = solve_all([(st, chain, label, name) for js in jobs.values() for _, st, chain, label, name in js],
-                           self._fit_kw())
+        del stats  # from here on each statistic is held by its solves only, and freed when they are done
+        queue = [(st, chain, label, name) for js in jobs.values() for _, st, chain, label, name in js]
+        layout = {tp: [(side, name, st.parts if isinstance(st, SumMoments) else None) for side, st, _, _, name in js]
+                  for tp, js in jobs.items()}
+        del jobs
+        solved = solve_all(queue, self._fit_kw())
         fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
-        for tp, js in jobs.items():
-            got = {side: solved[name] for side, _, _, _, name in js}
+        for tp, js in layout.items():
+            got = {side: solved[name] for side, name, _ in js}
             if "channels" in got:
-                st = js[0][1]
-                fits[tp] = self._depthwise_pair(got["channels"], st.parts) if isinstance(st, SumMoments) else \
+                parts = js[0][2]
+                fits[tp] = self._depthwise_pair(got["channels"], parts) if parts is not None else \
                     (got["channels"], got["channels"])
             else:
                 fits[tp] = (got.get("in"), got.get("out"))
@@ -249,17 +253,20 @@ class ProcrustesTransfer:
 def solve_all(jobs: list[tuple[Any, tuple, str, str]], kw: dict) -> dict[str, MapFit]:
     """``{name: fit}`` for ``(statistics, chain, source label, name)`` jobs; jobs on the same statistics and chain
     share one solve. Solves run in a pool of ``torch.get_num_threads()`` workers, torch single-threaded inside
-    (LAPACK releases the GIL); results do not depend on the number of workers."""
+    (LAPACK releases the GIL); results do not depend on the number of workers. ``jobs`` is emptied: a statistic
+    held by nothing else is freed once its solve is done."""
     import concurrent.futures as cf
 
     from ftlab.core.progress import progress
+    from ftlab.core.validate import trim_memory
 
     unique: dict[tuple, list[tuple[str, str]]] = {}
     args: dict[tuple, tuple] = {}
-    for st, chain, label, name in jobs:
+    while jobs:
+        st, chain, label, name = jobs.pop()
         key = (id(st), tuple((lab, id(c)) for lab, c in chain), label)
         unique.setdefault(key, []).append((name, label))
-        args[key] = (st, chain, label, name)
+        args.setdefault(key, (st, chain, label, name))
     threads = torch.get_num_threads()
     out: dict[str, MapFit] = {}
     torch.set_num_threads(1)
@@ -267,8 +274,10 @@ def solve_all(jobs: list[tuple[Any, tuple, str, str]], kw: dict) -> dict[str, Ma
         with cf.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             futures = {pool.submit(fit_map, a[0], source=a[2], completion=a[1], name=a[3], **kw): key
                        for key, a in args.items()}
+            args.clear()
             for fut in progress(cf.as_completed(futures), desc="solves", total=len(futures)):
                 fit = fut.result()
+                trim_memory()  # each dense solve frees its workspace: give it back (bounds the peak)
                 for name, _ in unique[futures[fut]]:
                     out[name] = fit if name == fit.name else dataclasses.replace(fit, name=name)
     finally:
