@@ -2,8 +2,9 @@
 
 **In** (:func:`read_lora`): a PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``,
 or a weights-only ``adapter_model.bin``), read as plain JSON and tensors (no code from the folder runs).
-The task vector of a LoRA module is its merged delta (float64, so that it keeps its rank), ``scaling * B @ A`` with ``scaling = lora_alpha / r``
-(``lora_alpha / sqrt(r)`` with ``use_rslora``; per-module ``rank_pattern``/``alpha_pattern``), in the
+The task vector of a LoRA module is its merged delta (float64, so that it keeps its rank),
+``scaling * B @ A`` with ``scaling = lora_alpha / r`` (``lora_alpha / sqrt(r)`` with ``use_rslora``;
+per-module ``rank_pattern``/``alpha_pattern``), in the
 layout of the base weight: transposed for ``fan_in_fan_out`` layers (GPT-2's ``Conv1D``), ``(B A)^T``
 for embeddings, reshaped to the kernel for convolutions; ``lora_bias`` adds ``scaling * b`` to the base
 bias. ``modules_to_save`` (a retrained head, say) contribute ``saved - base``. Other adapter types
