@@ -26,7 +26,9 @@ def machine() -> str:
         tv = f", torch {torch.__version__} ({torch.get_num_threads()} threads)"
     except ImportError:
         tv = ""
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}{tv}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    where = f"{cores} of {os.cpu_count()} cores" if cores != os.cpu_count() else f"{cores} cores"
+    return f"{cpu}, {where}, Python {platform.python_version()}, numpy {np.__version__}{tv}"
 
 
 def timeit(fn, *, repeat: int = 3, number: int = 1) -> float:

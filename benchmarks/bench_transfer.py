@@ -42,7 +42,7 @@ from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_section  # noqa: E402
+from _common import machine  # noqa: E402
 from ftlab.core.validate import peak_rss_mb  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,7 +234,8 @@ def reference_solves(problem, stats) -> tuple[float, dict]:
             t0 = time.perf_counter()
             fit_map(st, source=label, completion=chain, solver="dense")
             per[key] = time.perf_counter() - t0
-    return sum(per[k] * c for k, c in groups.items()), {k: (c, per[k]) for k, c in groups.items()}
+    return sum(per[k] * c for k, c in groups.items()), [[a, b, lab, list(ch), c, per[(a, b, lab, ch)]]
+                                                        for (a, b, lab, ch), c in groups.items()]
 
 
 def vit_part(image: int, batch: int, n_batches: int, size: dict, device: str = "cpu") -> dict:
@@ -410,9 +411,9 @@ def markdown(lite, vit, sc, gpu, errors, wall, quick) -> str:
                   f"| all solves ({vit['maps']} maps; {vit['factored']} factored by default) | "
                   f"{vit.get('solve_ref', math.nan):.1f} s (per distinct map, times its count) | {vit['solve_new']:.1f} s "
                   f"(**{100 * vit['solve_new'] / vit.get('solve_ref', math.nan):.1f}%**) | <= 5% |"]
-        if "per_shape" in vit:
-            shapes = "; ".join(f"{c} x {a}x{b} {lab} [{', '.join(ch)}]: {t:.2f} s" for (a, b, lab, ch), (c, t) in
-                               sorted(vit["per_shape"].items(), key=lambda kv: -kv[1][0] * kv[1][1]))
+        if vit.get("per_shape"):
+            shapes = "; ".join(f"{c} x {a}x{b} {lab} [{', '.join(ch)}]: {t:.2f} s" for a, b, lab, ch, c, t in
+                               sorted(vit["per_shape"], key=lambda x: -x[4] * x[5]))
             parts += ["", f"Reference solves per distinct map: {shapes}."]
     if sc is not None:
         w, r = sc["width"], sc["rows"]
@@ -443,6 +444,28 @@ def markdown(lite, vit, sc, gpu, errors, wall, quick) -> str:
     return "\n".join(parts)
 
 
+def merged(files: list[str]) -> dict:
+    """The measurements of several runs (``--json`` files) in one: a part measured later replaces an earlier one."""
+    raw: dict = {}
+    for f in files:
+        for k, v in json.loads(Path(f).read_text()).items():
+            if v:
+                raw[k] = v
+    return raw
+
+
+def write_docs(raw: dict) -> str:
+    md = markdown(raw.get("lite"), raw.get("vit"), raw.get("scaling"), raw.get("gpu"), raw.get("errors", []),
+                  raw.get("wall", math.nan), False)
+    if raw.get("scaling"):
+        scaling_figure(raw["scaling"], ROOT / "docs" / "figures" / "transfer-scaling.png")
+    from _common import replace_block
+
+    body = f"{md.strip()}\n\n*Measured {raw.get('date', time.strftime('%Y-%m-%d'))} on: {raw.get('machine', '?')}.*"
+    replace_block(ROOT / "docs" / "benchmarks.md", "<!-- BEGIN transfer -->", "<!-- END transfer -->", body)
+    return md
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run); docs are not written")
@@ -451,6 +474,8 @@ def main() -> None:
     ap.add_argument("--lite-child", choices=["ref", "new"], help=argparse.SUPPRESS)
     ap.add_argument("--scaling-child", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write the raw measurements to this file")
+    ap.add_argument("--docs-from", nargs="+", default=None, metavar="JSON",
+                    help="write docs/benchmarks.md and the figure from the raw measurements of earlier runs (merged)")
     args = ap.parse_args()
     if args.lite_child:
         print(json.dumps(lite_child(args.lite_child == "ref")))
@@ -458,31 +483,31 @@ def main() -> None:
     if args.scaling_child:
         print(json.dumps(scaling_child(*args.scaling_child)))
         return
+    if args.docs_from:
+        print(write_docs(merged(args.docs_from)))
+        return
     parts = set(args.parts.split(","))
     t0 = time.perf_counter()
     size = {"width": 768, "depth": 12, "heads": 12, "mlp": 3072} if not args.quick else \
         {"width": 128, "depth": 2, "heads": 2, "mlp": 512}
-    lite = lite_part(args.repeat) if "lite" in parts and not args.quick else None
-    vit = vit_part(64, 8, 2, size) if "vit" in parts else None
-    sc = None
+    raw: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    raw["lite"] = lite_part(args.repeat) if "lite" in parts and not args.quick else None
+    raw["vit"] = vit_part(64, 8, 2, size) if "vit" in parts else None
     if "scaling" in parts:
-        widths, rows = ((256, 512, 1024, 2048), (64, 128, 256, 512, 1024, 2048)) if not args.quick else \
+        widths, rows = ((256, 512, 1024, 2048), (64, 128, 256, 512, 1024)) if not args.quick else \
             ((128, 256), (64, 128))
-        sc = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
-        scaling_figure(sc, ROOT / "docs" / "figures" / ("transfer-scaling.png" if not args.quick else
-                                                        "transfer-scaling-quick.png"))
-    gpu = None
+        raw["scaling"] = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
     if "gpu" in parts and torch.cuda.is_available():
-        gpu = {**vit_part(64, 8, 2, size, device="cuda"), "device": torch.cuda.get_device_name()}
-    errors = permuted_copy_errors() if "accuracy" in parts else []
-    raw = {"lite": lite, "vit": {k: v for k, v in (vit or {}).items() if k != "per_shape"}, "scaling": sc, "gpu":
-           {k: v for k, v in (gpu or {}).items() if k != "per_shape"}, "errors": errors}
+        raw["gpu"] = {**vit_part(64, 8, 2, size, device="cuda"), "device": torch.cuda.get_device_name()}
+    raw["errors"] = permuted_copy_errors() if "accuracy" in parts else []
+    raw["wall"] = time.perf_counter() - t0
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
-    md = markdown(lite, vit, sc, gpu, errors, time.perf_counter() - t0, args.quick)
     if not args.quick and parts >= {"lite", "vit", "scaling", "accuracy"}:
-        write_section("transfer", md)
-    print(md)
+        print(write_docs(raw))
+    else:
+        print(markdown(raw["lite"], raw["vit"], raw.get("scaling"), raw.get("gpu"), raw["errors"], raw["wall"],
+                       args.quick))
 
 
 if __name__ == "__main__":
