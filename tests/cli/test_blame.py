@@ -46,10 +46,23 @@ def test_an_error_raised_inside_a_library_model_is_the_users_input():
 
 
 def test_ftlabs_own_defects_are_not_blamed_on_the_user():
-    hook = _defined_in(FTLAB_CODE, "def hook(*a):\n    return {}['missing']\n", "hook")
+    torch = pytest.importorskip("torch")
+    bug = _defined_in(FTLAB_CODE, "def bug(*a):\n    return {}['missing']\n", "bug")
     with pytest.raises(KeyError):  # unchanged: the CLI reports it as an internal error
         with blame("target model, calibration batch 0"):
-            hook()
+            bug()
+    hook = _defined_in(FTLAB_CODE, "import torch\ndef hook(module, args, out):\n    torch.nn.functional.interpolate("
+                       "out, size=3, scale_factor=2)\n", "hook")
+    model = torch.nn.Linear(4, 4)
+    model.register_forward_hook(hook)  # ftlab code called back by torch, failing inside torch
+    with pytest.raises(ValueError, match="only one of size or scale_factor") as info:
+        with blame("target model, calibration batch 0"):
+            model(torch.zeros(1, 2, 4))
+    assert not isinstance(info.value, UserCodeError)
+    adapter = _defined_in(FTLAB_CODE, "def hf_loss(model, batch):\n    return model(batch)\n", "hf_loss")
+    with pytest.raises(UserCodeError, match="source model, calibration batch 2: RuntimeError: mat1 and mat2"):
+        with blame("source model, calibration batch 2"):  # ftlab only passes the call on: the model's error
+            adapter(model, torch.zeros(1, 5))
     for passing in (MemoryError("37 GiB"), KeyboardInterrupt(), UserCodeError("named already")):
         with pytest.raises(type(passing)) as info:
             with blame("x"):

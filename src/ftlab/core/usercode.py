@@ -8,8 +8,10 @@
 * :class:`blame` wraps a call into the user's code (a model, a loss, a data factory): an exception
   raised there becomes a :class:`UserCodeError` whose one line names what was called, e.g.
   ``target model, calibration batch 0: RuntimeError: mat1 and mat2 shapes cannot be multiplied``.
-  An exception whose innermost frame outside installed libraries is ftlab's own code (a hook ftlab
-  put into the model, say) is left alone: that is a defect of ftlab, not of the user.
+  Two cases are left alone, as defects of ftlab: an exception raised by ftlab's own code, and one
+  raised inside ftlab code that a library called back (a hook ftlab put into the model). ftlab code
+  that only passes the call on (an adapter such as "the model's own loss") does not make an error
+  of the model ftlab's.
 * :func:`culprit` says whose code raised an exception: ``"user"``, ``"ftlab"`` or ``"library"``.
 * :func:`check_callable` / :func:`check_model`: the Python API's first check of a user's function or
   model, naming the argument: a ``TypeError`` for the wrong kind of object (a string where a loss
@@ -95,10 +97,14 @@ class blame:
                  tb: TracebackType | None) -> Literal[False]:
         if exc is None or not isinstance(exc, Exception) or isinstance(exc, (UserCodeError, MemoryError)):
             return False
-        kind, frame = culprit(exc, skip=1)  # frames below the one running the with statement
-        if kind == "ftlab":
-            return False
-        raise UserCodeError(f"{self.what}: {describe(exc, frame)}") from exc
+        frames = traceback.extract_tb(tb)[1:]  # below the frame running the with statement
+        kinds = [_kind(f.filename) for f in frames]
+        if not kinds or kinds[-1] == "ftlab":
+            return False  # raised by ftlab's own code
+        if any(k == "ftlab" and i > 0 and kinds[i - 1] == "library" for i, k in enumerate(kinds)):
+            return False  # raised inside ftlab code a library called back (a hook)
+        user = [f for f, k in zip(frames, kinds) if k == "user"]
+        raise UserCodeError(f"{self.what}: {describe(exc, user[-1] if user else None)}") from exc
 
 
 def _import_file(path: Path, what: str):
