@@ -491,23 +491,31 @@ def main() -> None:
     size = {"width": 768, "depth": 12, "heads": 12, "mlp": 3072} if not args.quick else \
         {"width": 128, "depth": 2, "heads": 2, "mlp": 512}
     raw: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d")}
-    raw["lite"] = lite_part(args.repeat) if "lite" in parts and not args.quick else None
-    raw["vit"] = vit_part(64, 8, 2, size) if "vit" in parts else None
-    if "scaling" in parts:
-        widths, rows = ((256, 512, 1024, 2048), (64, 128, 256, 512, 1024)) if not args.quick else \
-            ((128, 256), (64, 128))
-        raw["scaling"] = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
-    if "gpu" in parts and torch.cuda.is_available():
-        raw["gpu"] = {**vit_part(64, 8, 2, size, device="cuda"), "device": torch.cuda.get_device_name()}
-    raw["errors"] = permuted_copy_errors() if "accuracy" in parts else []
-    raw["wall"] = time.perf_counter() - t0
-    if args.json:
-        Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
+
+    def save() -> None:  # after every part, so that a run stopped early keeps what it measured
+        raw["wall"] = time.perf_counter() - t0
+        if args.json:
+            Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
+
+    for part in args.parts.split(","):
+        if part == "gpu" and torch.cuda.is_available():
+            raw["gpu"] = {**vit_part(64, 8, 2, size, device="cuda"), "device": torch.cuda.get_device_name()}
+        elif part == "lite" and not args.quick:
+            raw["lite"] = lite_part(args.repeat)
+        elif part == "vit":
+            raw["vit"] = vit_part(64, 8, 2, size)
+        elif part == "scaling":
+            widths, rows = ((256, 512, 1024, 2048), (64, 128, 256, 512, 1024)) if not args.quick else \
+                ((128, 256), (64, 128))
+            raw["scaling"] = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
+        elif part == "accuracy":
+            raw["errors"] = permuted_copy_errors()
+        save()
     if not args.quick and parts >= {"lite", "vit", "scaling", "accuracy"}:
         print(write_docs(raw))
     else:
-        print(markdown(raw["lite"], raw["vit"], raw.get("scaling"), raw.get("gpu"), raw["errors"], raw["wall"],
-                       args.quick))
+        print(markdown(raw.get("lite"), raw.get("vit"), raw.get("scaling"), raw.get("gpu"), raw.get("errors", []),
+                       raw["wall"], args.quick))
 
 
 if __name__ == "__main__":
