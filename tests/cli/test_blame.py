@@ -120,7 +120,8 @@ def test_a_module_in_the_current_folder_imports_as_the_help_shows(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "a small model"
-    assert lines[1].startswith("--source-arch: no module named 'notthere' on Python's path or in the current folder")
+    assert lines[1].startswith("--source-arch: cannot import 'notthere': no module 'notthere' on Python's path or in "
+                               "the current folder")
     assert "give the file instead, e.g. path/to/notthere.py:small" in lines[1]
     assert lines[2].startswith("UserCodeError --loss: importing 'needsdep' failed: ModuleNotFoundError: No module "
                                "named 'a_dependency_that_is_not_installed'")

@@ -131,8 +131,8 @@ def _import_module(name: str, what: str, attr: str):
         if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
             raise UserCodeError(f"{what}: importing {name!r} failed: {describe(exc, culprit(exc)[1])}") from exc
         hint = f"{name.replace('.', '/')}.py:{attr}"
-        raise ValueError(f"{what}: no module named {exc.name!r} on Python's path or in the current folder {cwd!r}: "
-                         f"give the file instead, e.g. path/to/{hint}") from None
+        raise ValueError(f"{what}: cannot import {name!r}: no module {exc.name!r} on Python's path or in the current "
+                         f"folder {cwd!r}; give the file instead, e.g. path/to/{hint}") from None
     except Exception as exc:  # noqa: BLE001 - the module's own code failed on import
         raise UserCodeError(f"{what}: importing {name!r} failed: {describe(exc, culprit(exc)[1])}") from exc
 
