@@ -3,7 +3,8 @@
 Library code never prints. Long loops wrap their iterables with :func:`progress`: on an interactive
 terminal it shows a tqdm bar; otherwise (CI logs, ``nohup``) it prints nothing -- unless the
 command line turned on *stage lines* (:func:`set_stage_lines`, as every ``ftlab`` command does):
-then each long loop prints one start line and one end line with its elapsed time to stderr, and
+then each long loop prints one start line, a line every :data:`PERIOD` seconds with how far it got,
+and one end line with its elapsed time to stderr, and
 :func:`stage` brackets larger steps (report sections) the same way. ``--quiet`` silences both
 (:func:`set_quiet`).
 """
@@ -15,7 +16,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 
-__all__ = ["enabled", "progress", "set_quiet", "set_stage_lines", "stage"]
+__all__ = ["PERIOD", "enabled", "progress", "set_quiet", "set_stage_lines", "stage"]
 
 _QUIET = False
 _STAGE_LINES = False
@@ -61,9 +62,20 @@ def stage(name: str) -> Iterator[None]:
             _say(f"{name}: {'done in' if done else 'stopped after'} {time.perf_counter() - t0:.0f} s")
 
 
+#: Seconds between progress lines of a long loop off a terminal.
+PERIOD = 30.0
+
+
 def _lined(iterable: Iterable, desc: str, total: int | None) -> Iterator:
+    """Start and end lines, and a line every :data:`PERIOD` seconds in between (``desc: 12/40 after 31 s``)."""
     with stage(f"{desc} ({total} items)" if total is not None else desc):
-        yield from iterable
+        t0 = last = time.perf_counter()
+        for i, item in enumerate(iterable, 1):
+            yield item
+            now = time.perf_counter()
+            if now - last >= PERIOD:
+                last = now
+                _say(f"{desc}: {i}{'/' + str(total) if total is not None else ''} after {now - t0:.0f} s")
 
 
 def progress(iterable: Iterable, *, desc: str | None = None, total: int | None = None, leave: bool = False):
