@@ -27,10 +27,13 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["IMAGE_SUFFIXES", "ImagePreprocessing", "TEXT_SUFFIXES", "image_folder_batches", "image_preprocessing",
+__all__ = ["IMAGE_SUFFIXES", "ImagePreprocessing", "TEXT_SUFFIXES", "TOKENIZER_FILES", "image_folder_batches", "image_preprocessing",
            "load_tokenizer", "read_records", "text_batches"]
 
 TEXT_SUFFIXES = (".jsonl", ".csv", ".tsv")
+#: Files that hold a tokenizer's vocabulary (one of them must be in a tokenizer's folder).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
@@ -96,6 +99,9 @@ def load_tokenizer(folder: str | os.PathLike, *, trust_remote_code: bool = False
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"tokenizer: {str(folder)!r} is not a folder")
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):  # else transformers makes an empty one, silently
+        raise ValueError(f"{folder}: no tokenizer ftlab can read there (none of {', '.join(TOKENIZER_FILES)}); give the "
+                         "tokenizer's folder with --source-tokenizer/--target-tokenizer")
     try:
         return transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code,
                                                           local_files_only=True)
