@@ -93,7 +93,8 @@ def test_the_walkthrough_runs_as_written_and_the_adapter_merges_to_the_api_resul
     diag = json.loads(Path("diagnosis/diagnosis.json").read_text())
     assert 0.0 <= diag["estimate"] <= 1.0 and diag["layers"]
     out = Path("wide-bert-lora")
-    assert {"adapter_config.json", "adapter_model.safetensors", "report.json", "vocab.txt"} <= {p.name for p in out.iterdir()}
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "report.json", "vocab.txt"} <= names
     report = json.loads((out / "report.json").read_text())
     assert report["out_format"] == "lora" and report["adapter"]["rank"] <= 2
     assert all(m["truncation_error"] < 1e-6 for m in report["adapter"]["modules"].values())

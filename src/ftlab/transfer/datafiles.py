@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["IMAGE_SUFFIXES", "ImagePreprocessing", "TEXT_SUFFIXES", "TOKENIZER_FILES", "image_folder_batches", "image_preprocessing",
-           "load_tokenizer", "read_records", "text_batches"]
+__all__ = ["IMAGE_SUFFIXES", "ImagePreprocessing", "TEXT_SUFFIXES", "TOKENIZER_FILES", "image_folder_batches",
+           "image_preprocessing", "load_tokenizer", "read_records", "text_batches"]
 
 TEXT_SUFFIXES = (".jsonl", ".csv", ".tsv")
 #: Files that hold a tokenizer's vocabulary (one of them must be in a tokenizer's folder).
