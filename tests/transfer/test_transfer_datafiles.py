@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from ftlab.transfer.datafiles import ImagePreprocessing, image_folder_batches, image_preprocessing, read_records, text_batches
+from ftlab.transfer.datafiles import (
+    ImagePreprocessing,
+    image_folder_batches,
+    image_preprocessing,
+    read_records,
+    text_batches,
+)
 
 PIL = pytest.importorskip("PIL.Image")
 
