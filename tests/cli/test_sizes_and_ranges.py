@@ -75,7 +75,7 @@ def test_the_python_api_names_the_argument(tmp_path):
 
     with pytest.raises(TypeError, match="loss='mymodels:loss' is not callable.*not by the Python API"):
         check_callable("loss", "mymodels:loss")
-    with pytest.raises(TypeError, match="model is a str, not a torch.nn.Module"):
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got str"):
         rebalance_("resnet18", 0.5)
     with torch.device("meta"):
         net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))

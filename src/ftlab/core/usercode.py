@@ -172,7 +172,7 @@ def check_model(name: str, model):
     import torch
 
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"{name} is a {type(model).__name__}, not a torch.nn.Module")
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(model).__name__}")
     for key, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_meta:
             raise ValueError(f"{name}: {key!r} is on the meta device (it has no values): load the model's weights "
