@@ -240,7 +240,9 @@ def _run(a: dict, m, opts, values: dict) -> None:
               "data": values.get("data"), "loss": a["loss_ref"]}
     out = Path(a["out_dir"])
     if a["diagnose_only"]:
-        diag = diagnose(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RankWarning)  # the ranks are in diagnosis.json, layer by layer
+            diag = diagnose(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
         write_diagnosis(out, {"ftlab_version": __version__, "inputs": inputs, **diag.report(),
                               "total_time_s": time.perf_counter() - t0})
         click.echo(diag.summary())
