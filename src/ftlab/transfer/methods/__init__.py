@@ -6,7 +6,7 @@ and the registry; :mod:`~ftlab.transfer.methods.procrustes` for BiCo and its rel
 ("Writing a method") shows a user's own method end to end.
 """
 
-from ftlab.transfer.methods import baselines, procrustes  # noqa: F401  (registers the built-in methods)
+from ftlab.transfer.methods import baselines, procrustes, transfusion  # noqa: F401  (registers the built-in methods)
 from ftlab.transfer.methods.registry import (
     Calibration,
     FittedTransfer,
