@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ftlab.cli.transfer_inputs import build_model, calibration_data, default_loss
+from ftlab.cli.transfer_inputs import calibration_data, default_loss
 from ftlab.cli.transfer_outputs import write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
 from ftlab.transfer.methods import list_methods, method_names, option_help
@@ -153,10 +153,14 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
               help="Do not transfer: report per layer how well A and B align (CKA of activations and gradients, "
                    "Procrustes similarity, map ranks) and estimate the share of the task vector that will carry "
                    "over; writes diagnosis.json into --out.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--trust-remote-code", is_flag=True, default=False,
+              help="Run the Python code a Hugging Face folder names (config.json's auto_map) to build its model or "
+                   "tokenizer. Off by default: such a folder is refused, and no code that comes with an input runs.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output folder (it may not be, contain or lie inside an input).")
 @transfer_options
 def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, method, method_options,
-             alpha, out_format, lora_rank, options_from, diagnose_only, out_dir, loss_ref, **values):
+             alpha, out_format, lora_rank, options_from, diagnose_only, trust_remote_code, out_dir, loss_ref, **values):
     """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
 
     Runs A and B once (forward + backward) over the calibration data, fits per layer an
@@ -204,10 +208,27 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     opts = build_options(values, options_from)
     if diagnose_only and m.calibration != "maps":
         raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {method}")
-    from ftlab.core.results import output_lock
+    from ftlab.core.results import check_output_place, output_lock
 
+    check_output_place(out_dir, _input_paths(locals(), values))  # before any work: inputs are never written over
     with output_lock(out_dir):  # a second run on the same --out is refused, not interleaved
         _run(locals(), m, opts, values)
+
+
+def _input_paths(a: dict, values: dict) -> dict[str, str]:
+    """The run's inputs that are files or folders (a ``file.py:function`` by its file)."""
+    import os
+
+    out = {}
+    for key in ("source_base", "source_finetuned", "target_base", "source_arch", "target_arch", "data", "target_data",
+                "source_tokenizer", "target_tokenizer", "options_from", "loss_ref"):
+        ref = a.get(key, values.get(key))
+        if not isinstance(ref, str):
+            continue
+        path = ref if os.path.exists(ref) else ref.rpartition(":")[0]
+        if path and os.path.exists(path):
+            out["--loss" if key == "loss_ref" else "--" + key.replace("_", "-")] = path
+    return out
 
 
 def _run(a: dict, m, opts, values: dict) -> None:
@@ -217,18 +238,23 @@ def _run(a: dict, m, opts, values: dict) -> None:
     from ftlab import __version__
     from ftlab.core.progress import stage
     from ftlab.transfer import diagnose, fit_transfer
+    from ftlab.transfer.io import load_model
     from ftlab.transfer.lora import is_adapter_folder
 
     t0 = time.perf_counter()
     adapter = is_adapter_folder(a["source_finetuned"])
     fmt = a["out_format"] or ("lora" if adapter else "full")
+    trust = a["trust_remote_code"]
     with stage("loading models"):
-        A = build_model(a["source_arch"], a["source_base"], a["hf_class"], "source base")
-        A_ft = a["source_finetuned"] if adapter else build_model(a["source_arch"], a["source_finetuned"], a["hf_class"],
-                                                                   "source finetuned")
-        B = build_model(a["target_arch"], a["target_base"], a["hf_class"], "target base")
+        A = load_model(a["source_arch"], a["source_base"], hf_class=a["hf_class"], role="source base",
+                       trust_remote_code=trust)
+        A_ft = a["source_finetuned"] if adapter else load_model(a["source_arch"], a["source_finetuned"],
+                                                                hf_class=a["hf_class"], role="source finetuned",
+                                                                trust_remote_code=trust)
+        B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
+                       trust_remote_code=trust)
     cal = calibration_data(values, source_folder=a["source_arch"] or a["source_base"],
-                           target_folder=a["target_arch"] or a["target_base"])
+                           target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
     if m.calibration is not None and cal is None:
         raise ValueError(f"--method {m.name} needs calibration data: give --data")
     loss = default_loss(a["loss_ref"], A, cal)

@@ -2,39 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Calibration", "build_model", "calibration_data", "default_loss", "load_batches", "load_callable",
-           "parse_floats"]
-
-
-def load_callable(ref: str, what: str):
-    """``module:function`` or ``path/to/file.py:function`` -> the callable."""
-    if ":" not in ref:
-        raise ValueError(f"{what}={ref!r} is invalid: expected module:function or file.py:function")
-    mod_name, _, attr = ref.rpartition(":")
-    try:
-        if mod_name.endswith(".py"):
-            path = Path(mod_name)
-            if not path.exists():
-                raise FileNotFoundError(f"{what}: file {mod_name!r} does not exist")
-            spec = importlib.util.spec_from_file_location(f"_ftlab_user_{path.stem}", path)
-            if spec is None or spec.loader is None:
-                raise ValueError(f"{what}: cannot load {mod_name!r} as a Python file")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ValueError(f"{what}: cannot import {mod_name!r} ({exc})") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ValueError(f"{what}: {mod_name!r} has no callable {attr!r}")
-    return fn
+__all__ = ["Calibration", "calibration_data", "default_loss", "hf_loss", "logits_loss", "parse_floats"]
 
 
 def hf_loss(model, batch):
@@ -51,67 +23,6 @@ def logits_loss(model, batch):
 
     x, y = batch
     return F.cross_entropy(model(x), y)
-
-
-def build_model(arch: str | None, checkpoint: str, hf_class: str, role: str):
-    """A model for ``checkpoint``: from an HF config folder or a ``module:function`` factory, then its weights."""
-    from ftlab.transfer.io import load_state_dict
-
-    ckpt = Path(checkpoint)
-    if arch is None:
-        if ckpt.is_dir() and (ckpt / "config.json").exists():
-            arch = str(ckpt)
-        else:
-            flag = f"--{role.split()[0]}-arch"
-            raise ValueError(f"{role}: {checkpoint!r} is not a Hugging Face folder; give its architecture with {flag}")
-    if Path(arch).is_dir():
-        if not (Path(arch) / "config.json").exists():
-            raise FileNotFoundError(f"{role}: architecture folder {arch!r} has no config.json")
-        import transformers
-
-        config = transformers.AutoConfig.from_pretrained(arch, trust_remote_code=False)
-        cls = getattr(transformers, hf_class, None)
-        if cls is None:
-            raise ValueError(f"--hf-class={hf_class!r} is not a class of transformers")
-        model = cls.from_config(config, trust_remote_code=False) if hf_class.startswith("Auto") else cls(config)
-    else:
-        model = load_callable(arch, f"{role} architecture")()
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"{role}: the architecture factory returned {type(model).__name__}, not an nn.Module")
-    state = load_state_dict(checkpoint)
-    own = model.state_dict()
-    missing = [k for k in own if k not in state and k in dict(model.named_parameters())]
-    unexpected = [k for k in state if k not in own]
-    if missing or unexpected:
-        raise ValueError(f"{role}: checkpoint {checkpoint!r} does not fit the architecture "
-                         f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
-    for k, v in state.items():
-        if own[k].shape != v.shape:
-            raise ValueError(f"{role}: {k!r} has shape {tuple(v.shape)} in the checkpoint "
-                             f"but {tuple(own[k].shape)} in the model")
-    model.load_state_dict(state, strict=False)
-    return model.eval()
-
-
-def load_batches(ref: str, batch_size: int, max_batches: int | None):
-    """Calibration batches from a tensor file (dict of equal-length tensors, split along dim 0) or a factory."""
-    from ftlab.transfer.io import load_state_dict
-
-    path = Path(ref)
-    if path.suffix in (".safetensors", ".pt", ".pth", ".bin") or path.is_file():
-        data = load_state_dict(path)
-        if not data:
-            raise ValueError(f"calibration file {ref!r} holds no tensors")
-        sizes = {int(v.shape[0]) for v in data.values()}
-        if len(sizes) != 1:
-            raise ValueError(f"calibration file {ref!r}: tensors differ in their first dimension ({sorted(sizes)})")
-        n = sizes.pop()
-        batches = [{k: v[i:i + batch_size] for k, v in data.items()} for i in range(0, n, batch_size)]
-    else:
-        batches = list(load_callable(ref, "--data")())
-    return _cap(batches, max_batches, ref)
 
 
 def _cap(batches: list, max_batches: int | None, ref: str) -> list:
@@ -159,17 +70,20 @@ def _tokenizer_folder(explicit: str | None, model_folder: str, role: str) -> str
                      f"--{role.split()[0]}-tokenizer")
 
 
-def calibration_data(a: dict, *, source_folder: str, target_folder: str) -> Calibration | None:
+def calibration_data(a: dict, *, source_folder: str, target_folder: str, trust_remote_code: bool = False
+                     ) -> Calibration | None:
     """The calibration batches of a command line (``a`` holds its calibration options)."""
     from ftlab.transfer import datafiles
+    from ftlab.transfer.io import load_batches
 
     ref, n_max = a["data"], a["max_samples"]
     if ref is None:
         return None
     path = Path(ref)
     if path.suffix.lower() in datafiles.TEXT_SUFFIXES:
-        toks = [datafiles.load_tokenizer(_tokenizer_folder(a["source_tokenizer"], source_folder, "source base")),
-                datafiles.load_tokenizer(_tokenizer_folder(a["target_tokenizer"], target_folder, "target base"))]
+        toks = [datafiles.load_tokenizer(_tokenizer_folder(a[f"{who}_tokenizer"], folder, f"{who} base"),
+                                         trust_remote_code=trust_remote_code)
+                for who, folder in (("source", source_folder), ("target", target_folder))]
         src, tgt = datafiles.text_batches(path, toks, text_column=a["text_column"], pair_column=a["text_pair_column"],
                                           label_column=a["label_column"] or None, batch_size=a["batch_size"],
                                           max_length=a["max_length"], max_rows=n_max)
@@ -187,7 +101,8 @@ def calibration_data(a: dict, *, source_folder: str, target_folder: str) -> Cali
                            labelled_file=True)
     batches = load_batches(ref, a["batch_size"], a["max_batches"])
     if a["target_data"] is not None:
-        return Calibration(source=batches, target=load_batches(a["target_data"], a["batch_size"], a["max_batches"]))
+        return Calibration(source=batches, target=load_batches(a["target_data"], a["batch_size"], a["max_batches"],
+                                                               what="--target-data"))
     return Calibration(batches=batches)
 
 
@@ -197,6 +112,8 @@ def default_loss(loss_ref: str | None, model, cal: Calibration | None):
     if loss_ref == "hf":
         return hf_loss
     if loss_ref is not None:
+        from ftlab.core.usercode import load_callable
+
         return load_callable(loss_ref, "--loss")
     if cal is None or not cal.labelled_file:
         return None

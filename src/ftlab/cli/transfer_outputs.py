@@ -44,7 +44,7 @@ def write_full(out: Path, *, tau, model, alpha: float, report: dict, target_fold
     from ftlab.transfer.io import save_state_dict
 
     _json_checked(report)
-    with stage_line("writing"), staged_output(out) as stage:
+    with stage_line("writing"), staged_output(out, name="transfer") as stage:
         save_state_dict(stage / "task_vector.safetensors", tau.state_dict(), metadata={"format": "ftlab-task-vector"})
         save_state_dict(stage / "model.safetensors", model.state_dict(),
                         metadata={"format": "pt", "ftlab_alpha": str(alpha)})
@@ -67,7 +67,7 @@ def write_lora_output(out: Path, *, tau, target, max_rank: int | None, report: d
     from ftlab.transfer.lora import write_lora
 
     _json_checked(report)
-    with stage_line("writing"), staged_output(out) as stage:
+    with stage_line("writing"), staged_output(out, name="transfer") as stage:
         base_name = str(Path(target_folder).resolve()) if target_folder and Path(target_folder).is_dir() else None
         lora = write_lora(stage, tau, target, max_rank=max_rank, base_name=base_name)
         files = ["adapter_config.json", "adapter_model.safetensors", *_copy_tokenizer(target_folder, stage)]
@@ -80,5 +80,5 @@ def write_diagnosis(out: Path, report: dict) -> None:
     from ftlab.core.results import save_json, staged_output
 
     _json_checked(report)
-    with staged_output(out) as stage:
+    with staged_output(out, name="diagnosis") as stage:
         save_json(stage / "diagnosis.json", report)

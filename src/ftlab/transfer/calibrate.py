@@ -33,6 +33,7 @@ from ftlab.core.hooks import Captured, capture, param_uses
 from ftlab.core.modes import module_mode, requires_grad
 from ftlab.core.progress import progress
 from ftlab.core.stats import CrossMoments, RowMoments, cross_moments_nbytes
+from ftlab.core.usercode import UserCodeError, blame
 from ftlab.core.validate import available_memory, trim_memory
 from ftlab.transfer.align import AffineMoments, align_tokens, to_tokens
 from ftlab.transfer.batches import CalibrationData, default_forward, padding_mask, samples_in
@@ -160,19 +161,26 @@ def _module_names(model: nn.Module, points: Iterable[str]) -> tuple[list[str], l
 
 def _run(model: nn.Module, cap: Captured, batch, loss: Callable | None, who: str, k: int, *, backward: bool,
          input_grads: bool) -> None:
+    """One forward (and backward) pass; an error raised by the user's model, data or loss names the model and batch
+    (:class:`~ftlab.core.usercode.UserCodeError`)."""
     cap.clear()
+    where = f"{who} model, calibration batch {k}"
     if not backward:
-        with torch.no_grad():
+        with torch.no_grad(), blame(where):
             (loss if loss is not None else default_forward)(model, batch)
         return
     if loss is None:
         raise ValueError("gradient statistics need a loss(model, batch)")
     with torch.enable_grad():
-        value = loss(model, batch)
+        with blame(where):
+            value = loss(model, batch)
         try:
-            cap.backward(value, input_grads=input_grads)
+            with blame(where):
+                cap.backward(value, input_grads=input_grads)
+        except UserCodeError:
+            raise  # names the model and batch already
         except ValueError as exc:
-            raise ValueError(f"{who} model, calibration batch {k}: {exc}") from None
+            raise ValueError(f"{where}: {exc}") from None
 
 
 @dataclass
