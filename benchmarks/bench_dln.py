@@ -1,6 +1,6 @@
 """Benchmark: exact implicit-bias solve and exact gradient flow vs the authors' gradient descent.
 
-Setting (issue 2): D = 5000, alpha_FT = 0.5, rho_PT = rho_FT = 0.1 (overlap 0.5, PT oracle with
+Setting: D = 5000, alpha_FT = 0.5, rho_PT = rho_FT = 0.1 (overlap 0.5, PT oracle with
 a_PT = 1), c = 1e-3, gamma = 0, for lam = 0 (Regime II) and lam = -0.99 (Regime IV).
 Side by side in one run and one process, one BLAS thread each:
 
