@@ -37,6 +37,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -129,11 +130,16 @@ def _sequential_spec(model: nn.Sequential, prefix: str = "") -> dict[str, tuple[
     return axes
 
 
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    blocks = getattr(model, "blocks", None)
+    return list(blocks) if isinstance(blocks, nn.ModuleList) else []
+
+
 def _is_vit(model: nn.Module) -> bool:
     need = ("patch_embed", "cls_token", "pos_embed", "blocks", "ln_final", "head")
     if not all(hasattr(model, a) for a in need) or not isinstance(model.blocks, nn.ModuleList):
         return False
-    for blk in model.get_submodule("blocks"):
+    for blk in _blocks(model):
         attn, mlp = getattr(blk, "attn", None), getattr(blk, "mlp", None)
         if attn is None or mlp is None or not isinstance(getattr(attn, "heads", None), int):
             return False
@@ -153,9 +159,10 @@ def _vit_spec(model: nn.Module) -> tuple[dict[str, tuple[str | None, ...]], dict
                                                "ln_final.weight": (r,), "ln_final.bias": (r,),
                                                "head.weight": (None, r), "head.bias": (None,)}
     heads: dict[str, tuple[str, int]] = {}
-    for i, blk in enumerate(model.get_submodule("blocks")):
+    for i, blk in enumerate(_blocks(model)):
         b, qk, v, mlp = f"blocks.{i}", f"b{i}.qk", f"b{i}.v", f"b{i}.mlp"
-        heads[qk] = heads[v] = (f"b{i}.heads", int(blk.attn.heads))
+        attn: Any = blk.get_submodule("attn")
+        heads[qk] = heads[v] = (f"b{i}.heads", int(attn.heads))
         for ln in ("ln1", "ln2"):
             axes.update({f"{b}.{ln}.weight": (r,), f"{b}.{ln}.bias": (r,)})
         for p, s in (("q", qk), ("k", qk), ("v", v)):
