@@ -47,3 +47,24 @@ def test_readme_help_and_docs_agree_on_the_scale_of_full():
         flat = " ".join(text.split())
         assert phrase in flat, f"{name} does not describe --full as {phrase!r}"
         assert "paper size" not in flat and "paper-size" not in flat, f"{name} calls --full paper size"
+
+
+#: How a project's development speaks of itself ("issue 14", "item 4", "the issue's goal"): a reader never saw it.
+HISTORY = re.compile(r"\bissues? ?#?\d+|\bitems? ?\d+\b|\bitem-\d+|\bthe issue'?s?\b|\bas (this|the) issue\b",
+                     re.IGNORECASE)
+
+
+def test_code_docs_and_report_never_speak_of_the_development():
+    bad = []
+    for f in _reader_files():
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if HISTORY.search(line):
+                bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
+    assert bad == []
+
+
+def test_the_checker_would_catch_the_development_vocabulary():
+    for text in ("as issue 14 states", "(item 4)", "the item-4 investigation", "The issue's goal is not met"):
+        assert HISTORY.search(text), text
+    for text in ("a known issue in torch", "items in a list", "for item in batches", "issues of the user"):
+        assert not HISTORY.search(text), text
