@@ -374,3 +374,18 @@ def test_ctrl_c_during_the_commit_is_held_until_the_set_is_in_place(old_set, mon
     monkeypatch.setattr(os, "replace", real)
     assert sent and _files(old_set) == {**NEW, **USER} and _leftovers(old_set) == []
     assert R.output_outcomes()[-1].endswith("the new output is complete")
+
+
+def test_set_files_named_like_ftlabs_bookkeeping_stay_apart(tmp_path):
+    """A set may hold files called plan.json or replaced/...; ftlab's own names start with .ftlab (refused in a set)."""
+    out = tmp_path / "out"
+    first = {"plan.json": b"mine 1", "replaced/x.txt": b"mine 1"}
+    second = {"plan.json": b"mine 2", "replaced/x.txt": b"mine 2"}
+    for files in (first, second):
+        with staged_output(out) as st:
+            _write(st, files)
+        assert _files(out) == files and _leftovers(out) == []
+    with pytest.raises(RuntimeError, match="ftlab's own"):
+        with staged_output(out) as st:
+            _write(st, {".ftlab-plan.json": b"x"})
+    assert _files(out) == second

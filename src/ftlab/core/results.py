@@ -221,8 +221,8 @@ _COMMIT = ".ftlab-commit-"
 _TRASH = ".ftlab-trash-"
 _SET = ".ftlab-set-"
 _RESERVED = ".ftlab"
-_PLAN = "plan.json"
-_OLD = "replaced"
+_PLAN = ".ftlab-plan.json"  # inside a commit folder, beside the set's files: reserved names cannot collide
+_OLD = ".ftlab-replaced"
 _SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 #: Resolved output folders whose lock this process holds (path -> lock file descriptor).
