@@ -1,23 +1,74 @@
 """Report section ``transfer``: training-free task-vector transfer on real pretrained pairs (BiCo and baselines).
 
 ``ftlab reproduce transfer`` runs :func:`ftlab.experiments.transfer_accuracy.run.run_benchmark` (quick by default,
-``--full`` for every pair, task, calibration set and method) and writes, under ``<out>/transfer/``:
-``raw.csv`` (every record), ``table.csv`` (the ``docs/transfer-benchmark.csv`` format), ``gap_closed.csv``,
-``layers.csv``, ``verdicts.csv`` and the figures ``bars.png`` (real pairs), ``family.png`` (the controlled ViTs'
-dose-response) -- figure names ``bars`` and ``family``. Every number and verdict is computed from this run.
-
-The paper's claims are quoted as issue 14 states them and judged with :mod:`ftlab.experiments.verdicts`
-(:mod:`ftlab.experiments.transfer_accuracy.claims`); ftlab's own findings sit in a separate table.
+``--full`` for the recorded design) and writes, under ``<out>/transfer/``: ``records.csv`` (the compact per-seed
+records, the format of ``docs/transfer-benchmark-records.csv``), ``table.csv`` (accuracies with intervals),
+``gap_closed.csv``, ``verdicts.csv`` and one figure per family of pairs (``vision.png``, ``text.png``,
+``family.png``; figure names ``vision``, ``text``, ``family``). Every number and verdict is computed from this run's
+records by :func:`ftlab.experiments.transfer_accuracy.records.summarize`; :func:`render` writes the Markdown, the
+same for the report and for docs/transfer-benchmark.md. The prose of the section is :data:`TEXT`.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from ftlab.report import DataUnavailable, ReportContext
 
-__all__ = ["check_data", "headline_markdown", "layer_markdown", "pairs_markdown", "run", "verdict_table"]
+__all__ = ["FIGURES", "TEXT", "check_data", "render", "run", "verdict_table"]
+
+#: The section's prose, one block per part (``str.format`` fields filled by :func:`render`).
+TEXT = {
+    "intro": (
+        "Can a fine-tuning be carried from one pretrained model to another without training? BiCo (Son, Jung, Park, "
+        "Baik, arXiv 2605.28444) maps a task vector with two orthogonal Procrustes maps per layer, fitted on input "
+        "activations and on output gradients. Here it meets its baselines (naive pad/truncate, activation-only "
+        "(Theseus-like), the paper's one-sided ablations, TransFusion on equal architectures) and direct fine-tuning "
+        "on **real pretrained pairs that install offline**: EfficientNet-Lite0 → Lite1 (depth), Lite1 → Lite2 "
+        "(width), Lite0 → Lite2 (both), paraphrase-MiniLM-L3-v2 → all-MiniLM-L6-v2 (depth) and all-MiniLM-L6-v2 → "
+        "all-mpnet-base-v2 (width ×2, depth ×2, other pretraining), and on small ViTs trained here along an axis "
+        "of relatedness. The real models have no head for the tasks, so each reads them through a linear probe "
+        "fitted on its frozen base and kept frozen while fine-tuning (as the paper evaluates T5); the target's own "
+        "probe is the baseline. `bico` is the paper's BiCo; `bico_centred` is ftlab's variant with centred "
+        "cross-covariances."),
+    "run": "Run: {run}. Wall time of this invocation {wall:.1f} min (finished points are read from the sweep store).",
+    "verdicts": (
+        "### Primary tests\n\nFixed in code before the recorded run "
+        "(`ftlab.experiments.transfer_accuracy.claims.PRIMARIES`): one per claim of the paper as ftlab states it "
+        "for the offline pairs, plus \"BiCo at α = 1 beats the target's own accuracy\" for each family of real pairs "
+        "and the share-of-the-gap yardstick. Per seed a paired effect (pooled over the claim's pairs), the exact "
+        "sign-flip test and its 95% interval, Holm's correction over the {n} primaries, at least {min_seeds} seeds, "
+        "margins of practical irrelevance {acc_margin:.0f} accuracy points and {gap_margin:.2f} of the gap "
+        "(`ftlab.experiments.verdicts`). The paper's figures are gains over CLIP's zero-shot accuracy averaged over 8 "
+        "vision tasks; the effects here are measured on the offline analogues named in the second column."),
+    "premise": (
+        "### Premise, checked before judging\n\nA share of the gap means something only where direct fine-tuning "
+        "clearly beats the target's own accuracy: every setting needs a mean gap of at least {min_gap:.0f} points and "
+        "no run below {min_run_gap:.0f} points. Premise {premise_state}."),
+    "pairs": (
+        "### Per pair\n\nThe target's own accuracy (linear probe; the pretrained head for the controlled ViTs), its "
+        "direct fine-tuning, and the share of that gap each method closes (mean [95% t-interval] over seeds; "
+        "`(acc − base) / (fine-tuned − base)` per seed, accuracies averaged over the tasks):"),
+    "figures": "One figure per family of pairs (test accuracy, mean over seeds with its 95% interval):",
+    "findings": ("### ftlab's own findings (not claims of the paper; judged as a separate family with the same "
+                 "rule)"),
+    "diagnostic": (
+        "### Where BiCo harms, said before: the diagnostic\n\n`ftlab.transfer.diagnose` estimates the share of the "
+        "task vector that carries over from the Procrustes similarity of each layer's statistics, weighted by where "
+        "the task vector sits (ftlab's estimator). ftlab's rule (`ftlab.transfer.diagnose.expectation`) expects a "
+        "transfer below the target's own accuracy at α = 1 when the estimate is below a threshold, set on the "
+        "controlled ViT cells and judged on the real pairs, which did not set it. {rule_text}"),
+    "layers": (
+        "### Where the task vector sits and how well the bases align (BiCo's fit, 100 samples)\n\nMedians over the "
+        "layers of each fifth of the target's depth, over tasks and seeds. The Procrustes similarity "
+        "`‖AᵀB‖_* / (‖A‖‖B‖)` is 1 when one row set is an orthogonal re-coding of the other."),
+}
+
+#: Figures, one per family of pairs: ``(name, title, which settings)``.
+FIGURES = (("vision", "EfficientNet-Lite pairs", "vision"), ("text", "Text pairs (MiniLM, MPNet)", "text"),
+           ("family", "Controlled ViTs, most related target first", "family"))
 
 
 def check_data(*, full: bool = False) -> list[str]:
@@ -49,20 +100,68 @@ def check_data(*, full: bool = False) -> list[str]:
     return notes
 
 
-def _pct(x: float, digits: int = 0) -> str:
-    return "–" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}%"
+def _pct(x, digits: int = 0) -> str:
+    return "–" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.{digits}f}%"
 
 
-def verdict_table(rows, *, paper: bool) -> str:
-    head = ("| claim (as issue 14 states the paper's) | measured here | effect [95% interval] | seeds | verdict |"
-            if paper else "| ftlab's finding | measured here | effect [95% interval] | seeds | verdict |")
-    lines = [head, "|---|---|---|---|---|"]
-    for c, j in rows:
-        scale = 1.0 if c.kind == "gap" or c.kind == "dose" else 100.0
-        unit = "" if scale == 1.0 else " pts"
-        eff = (f"{scale * j.effect:+.2f} [{scale * j.ci_low:+.2f}, {scale * j.ci_high:+.2f}]{unit}"
-               if math.isfinite(j.ci_low) else f"{scale * j.effect:+.2f}{unit}")
-        lines.append(f"| {c.quote} | {c.measured} | {eff} | {j.n} | **{j.verdict}** |")
+def _effect(c, j) -> str:
+    scale, unit = (1.0, "") if c.kind in ("gap", "dose") else (100.0, " pts")
+    if not math.isfinite(j.effect):
+        return "–"
+    iv = (f" [{scale * j.ci_low:+.1f}, {scale * j.ci_high:+.1f}]" if math.isfinite(j.ci_low) and math.isfinite(
+        j.ci_high) else " [unbounded]")
+    return (f"{scale * j.effect:+.2f}{iv.replace('.1f', '.2f')}" if scale == 1.0 else f"{scale * j.effect:+.1f}{iv}") + unit
+
+
+def verdict_table(rows, *, primaries: bool) -> str:
+    """One row per claim: the claim, what is measured, effect [95% interval], Holm p, seeds, premise, verdict."""
+    head = ("| claim | source | measured here | effect [95% interval] | p (Holm) | seeds | premise missed | verdict |"
+            if primaries else "| ftlab's finding | measured here | effect [95% interval] | p (Holm) | seeds | verdict |")
+    lines = [head, "|---" * (8 if primaries else 6) + "|"]
+    for c, j, _ in rows:
+        src = "the paper (arXiv 2605.28444)" if c.source == "paper" else "ftlab"
+        cells = ([c.quote, src, c.measured] if primaries else [c.quote, c.measured])
+        cells += [_effect(c, j), f"{j.p_holm:.3g}" if math.isfinite(j.p_holm) else "–", str(j.n)]
+        if primaries:
+            cells.append(_pct(j.premise_missed))
+        cells.append(f"**{j.verdict}**")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def premise_markdown(premise) -> str:
+    lines = ["| setting | target's own accuracy | direct fine-tuning | gap [95% interval] | seeds | runs below floor | "
+             "premise |", "|---|---|---|---|---|---|---|"]
+    for _, r in premise.iterrows():
+        iv = f" [{100 * r.gap_low:.1f}, {100 * r.gap_high:.1f}]" if math.isfinite(r.gap_low) else ""
+        lines.append(f"| {r.setting} | {_pct(r.base, 1)} | {_pct(r.finetuned, 1)} | {100 * r.gap:.1f} pts{iv} | "
+                     f"{r.seeds} | {r.runs_below} | {'holds' if r.premise else '**fails**'} |")
+    return "\n".join(lines)
+
+
+def pairs_markdown(sm, settings, *, calibration: str = "n100") -> str:
+    """Per setting: base and fine-tuned accuracy, then per method the share of the gap closed at alpha = 1 and with
+    alpha searched (mean [95% t-interval] over seeds)."""
+    from ftlab.experiments.transfer_accuracy.table import BASELINES, METHOD_ORDER
+
+    gaps = sm.gaps[sm.gaps["setting"].isin(settings)]
+    methods = [m for m in METHOD_ORDER if m in set(gaps["method"]) and m not in (*BASELINES, "finetuned")]
+    prem = sm.premise.set_index("setting") if len(sm.premise) else None
+    lines = ["| setting | base | fine-tuned | α | " + " | ".join(methods) + " |",
+             "|---|---|---|---" + "|---" * len(methods) + "|"]
+    for s in settings:
+        for mode in ("fixed", "searched"):
+            g = gaps[(gaps["setting"] == s) & (gaps["alpha_mode"] == mode) & (gaps["calibration"] == calibration)]
+            g = g.set_index("method")
+            if not len(g):
+                continue
+            cells = [f"{_pct(g.loc[m, 'gap_closed'])} [{_pct(g.loc[m, 'gap_low'])}, {_pct(g.loc[m, 'gap_high'])}]"
+                     if m in g.index and math.isfinite(g.loc[m, "gap_closed"]) else "–" for m in methods]
+            first = mode == "fixed"
+            base = _pct(prem.loc[s, "base"], 1) if first and prem is not None and s in prem.index else ""
+            ft = _pct(prem.loc[s, "finetuned"], 1) if first and prem is not None and s in prem.index else ""
+            lines.append(f"| {s if first else ''} | {base} | {ft} | {'= 1' if first else 'searched'} | "
+                         + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -77,53 +176,86 @@ def layer_markdown(layers) -> str:
     return "\n".join(lines)
 
 
-HEADLINE_METHODS = ("naive", "bico_input_only", "bico_output_only", "activation_only", "gradient_only", "bico")
+def rule_markdown(rule: dict, ranking: dict) -> str:
+    """The diagnostic rule's check: threshold, hits and false alarms on the cells that set it and on the others."""
+    if not rule:
+        return "*The diagnostic's estimate was not recorded in this run.*"
+
+    def part(name: str, r: dict) -> str:
+        if "error_rate" not in r:
+            return f"{name}: no cells"
+        return (f"{name}: {r['cells']} cells, {r['below']} below the target's own accuracy, {r['warned']} warned; "
+                f"{r['hits']} hits, {r['false_alarms']} false alarms, {r['misses']} misses (error rate "
+                f"{100 * r['error_rate']:.0f}%)")
+
+    text = (f"Threshold set on the design cells: **{rule['fitted']:.3f}** (library default "
+            f"`BELOW_TARGET_ESTIMATE = {rule['library']:.3f}`). " + "; ".join(
+                [part("design cells", rule["design"]), part("cells kept apart (real pairs)", rule["held_out"]),
+                 part("all cells with the library's threshold", rule["all_library"])]) + ".")
+    if ranking.get("rho") is not None:
+        text += (f" The estimate ranks the {ranking['n']} (setting, task) cells by BiCo's gain with Spearman ρ = "
+                 f"{ranking['rho']:+.2f} [{ranking['low']:+.2f}, {ranking['high']:+.2f}].")
+    per = rule.get("per_setting")
+    if per is not None and len(per):
+        lines = ["| setting | mean estimate | BiCo minus base (pts) | share of cells below | cells |",
+                 "|---|---|---|---|---|"]
+        for _, r in per.iterrows():
+            lines.append(f"| {r.setting} | {r.estimate:.3f} | {100 * r.gain:+.1f} | {_pct(r.below)} | {int(r.cells)} |")
+        text += "\n\n" + "\n".join(lines)
+    return text
 
 
-def headline_markdown(head) -> str:
-    """The gap closed averaged over the real pairs (per seed), one row per (calibration, alpha), one column per
-    method of :data:`HEADLINE_METHODS` present: mean [95% t-interval] in % of the gap."""
-    methods = [m for m in HEADLINE_METHODS if m in set(head["method"])]
-    lines = ["| calibration | α | " + " | ".join(methods) + " |", "|---|---" + "|---" * len(methods) + "|"]
-    for (cal, amode), g in head.groupby(["calibration", "alpha_mode"], sort=False):
-        gg = g.set_index("method")
-        cells = [f"{_pct(gg.loc[m, 'gap_closed'])} [{_pct(gg.loc[m, 'gap_low'])}, {_pct(gg.loc[m, 'gap_high'])}]"
-                 if m in gg.index else "–" for m in methods]
-        lines.append(f"| {cal} | {'= 1' if amode == 'fixed' else 'searched'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def _premise_state(sm) -> str:
+    if not len(sm.premise):
+        return "not checked (no records)"
+    failing = list(sm.premise.loc[~sm.premise["premise"], "setting"])
+    return "holds on every setting" if not failing else "fails on " + ", ".join(failing)
 
 
-def pairs_markdown(gaps, table, settings, *, calibration: str = "n100") -> str:
-    """Per setting: the target's base (linear probe, or zero-shot head for the ViT family) and fine-tuned accuracy
-    averaged over tasks, then per method the share of the gap closed at alpha = 1 and with alpha searched (mean
-    [95% t-interval] over seeds) -- the headline figures side by side."""
-    methods = [m for m in HEADLINE_METHODS if m in set(gaps["method"])]
-    lines = ["| setting | base | fine-tuned | α | " + " | ".join(methods) + " |",
-             "|---|---|---|---" + "|---" * len(methods) + "|"]
-    for s in settings:
-        t = table[(table["setting"] == s) & (table["task"] == "mean") & (table["calibration"] == calibration)]
-        acc = t[t["alpha_mode"] == "fixed"].set_index("method")["accuracy_mean"].to_dict()
-        base = next((acc[b] for b in ("probe", "zero_shot") if b in acc), math.nan)
-        for mode in ("fixed", "searched"):
-            g = gaps[(gaps["setting"] == s) & (gaps["alpha_mode"] == mode) & (gaps["calibration"] == calibration)]
-            g = g.set_index("method")
-            if not len(g):
-                continue
-            cells = [f"{_pct(g.loc[m, 'gap_closed'])} [{_pct(g.loc[m, 'gap_low'])}, {_pct(g.loc[m, 'gap_high'])}]"
-                     if m in g.index else "–" for m in methods]
-            first = mode == "fixed"
-            lines.append(f"| {s if first else ''} | {_pct(base, 1) if first else ''} | "
-                         f"{_pct(acc.get('finetuned', math.nan), 1) if first else ''} | "
-                         f"{'= 1' if first else 'searched'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def render(sm, *, figures: dict[str, str], run: str = "", wall: float = math.nan) -> str:
+    """The section's Markdown from a :class:`~ftlab.experiments.transfer_accuracy.records.BenchmarkSummary`:
+    the primaries' verdicts first, then the premise, per-pair shares, figures, ftlab's findings, the diagnostic and
+    the per-layer alignment. ``figures``: ``{figure name: relative path}`` of the figures written."""
+    from ftlab.experiments.transfer_accuracy.claims import ACC_MARGIN, GAP_MARGIN, MIN_RUN_GAP
+    from ftlab.experiments.transfer_accuracy.pilot import MIN_GAP
+    from ftlab.experiments.verdicts import MIN_SEEDS
+
+    md = [TEXT["verdicts"].format(n=len(sm.primaries), min_seeds=MIN_SEEDS, acc_margin=100 * ACC_MARGIN,
+                                  gap_margin=GAP_MARGIN),
+          verdict_table(sm.primaries, primaries=True) if sm.primaries else "*No primary has data in this run.*",
+          TEXT["intro"]]
+    if run:
+        md.append(TEXT["run"].format(run=run, wall=wall))
+    md += [TEXT["premise"].format(min_gap=100 * MIN_GAP, min_run_gap=100 * MIN_RUN_GAP,
+                                  premise_state=_premise_state(sm)), premise_markdown(sm.premise)]
+    md += [TEXT["pairs"], pairs_markdown(sm, [*sm.real, *sm.family])]
+    if figures:
+        md.append(TEXT["figures"] + "\n\n" + "\n\n".join(f"![{name}]({p})" for name, p in figures.items()))
+    md += [TEXT["findings"], verdict_table(sm.findings, primaries=False) if sm.findings else "*None in this run.*"]
+    md.append(TEXT["diagnostic"].format(rule_text=rule_markdown(sm.rule, sm.ranking)))
+    if len(sm.layers):
+        md += [TEXT["layers"], layer_markdown(sm.layers)]
+    return "\n\n".join(md)
+
+
+def write_figures(sm, folder: Path, *, prefix: str = "", wants=lambda name: True) -> dict[str, Path]:
+    """One figure per family of pairs present (:data:`FIGURES`), as ``<folder>/<prefix><name>.png``."""
+    from ftlab.experiments.transfer_accuracy.table import family_figure
+
+    out = {}
+    for name, title, which in FIGURES:
+        settings = getattr(sm, which)
+        if settings and wants(name):
+            out[name] = family_figure(sm.table, settings, folder / f"{prefix}{name}.png", title=title)
+    return out
 
 
 def run(ctx: ReportContext) -> str:
+    import pandas as pd
+
     from ftlab.core.results import save_table
-    from ftlab.experiments.transfer_accuracy.claims import summarize
-    from ftlab.experiments.transfer_accuracy.family import DOSE_SETTINGS
+    from ftlab.experiments.transfer_accuracy.records import summarize, write_records
     from ftlab.experiments.transfer_accuracy.run import full_config, quick_config, run_benchmark
-    from ftlab.experiments.transfer_accuracy.table import bar_chart, dose_response_chart, estimate_ranking, markdown_tables
 
     notes = check_data(full=ctx.full)
     cfg = full_config() if ctx.full else quick_config()
@@ -133,95 +265,22 @@ def run(ctx: ReportContext) -> str:
                         workers=ctx.workers, scheduler=ctx.scheduler)
     wall = time.perf_counter() - t0
     params = cfg.to_dict()
-    save_table(raw, out / "raw.csv", params=params, seed=ctx.seed)
+    write_records(raw, out / "records.csv")
     sm = summarize(raw)
-    table, gaps, real, family, headline, layers = sm.table, sm.gaps, sm.real, sm.family, sm.headline, sm.layers
-    save_table(table, out / "table.csv", params=params, seed=ctx.seed)
-    save_table(gaps, out / "gap_closed.csv", params=params, seed=ctx.seed)
-    if len(layers):
-        save_table(layers, out / "layers.csv", params=params, seed=ctx.seed)
-    paper, mine = sm.paper, sm.mine
-    import pandas as pd
-
-    save_table(pd.DataFrame([{"source": "paper" if (c, j) in paper else "ftlab", "claim": c.quote,
-                              "measured": c.measured, "effect": j.effect, "ci_low": j.ci_low, "ci_high": j.ci_high,
-                              "p_holm": j.p_holm, "seeds": j.n, "verdict": j.verdict} for c, j in [*paper, *mine]]),
+    save_table(sm.table, out / "table.csv", params=params, seed=ctx.seed)
+    save_table(sm.gaps, out / "gap_closed.csv", params=params, seed=ctx.seed)
+    save_table(pd.DataFrame([{"family": fam, "claim": c.key, "quote": c.quote, "measured": c.measured,
+                              "effect": j.effect, "ci_low": j.ci_low, "ci_high": j.ci_high, "p_holm": j.p_holm,
+                              "seeds": j.n, "premise_missed": j.premise_missed, "verdict": j.verdict}
+                             for fam, rows in (("primary", sm.primaries), ("ftlab", sm.findings)) for c, j, _ in rows]),
                out / "verdicts.csv", params=params, seed=ctx.seed)
-
-    md = [
-        "Can a fine-tuning be carried from one pretrained model to another without training? BiCo (Son, Jung, Park, "
-        "Baik, arXiv 2605.28444) maps a task vector with two orthogonal Procrustes maps per layer, fitted on input "
-        "activations and on output gradients. Here it meets its baselines (naive, activation-only (Theseus-like), "
-        "gradient-only, the paper's one-sided ablations `bico_input_only` / `bico_output_only`) and direct "
-        "fine-tuning on **real pretrained pairs that install offline**: EfficientNet-Lite0 → Lite1 (depth), "
-        "Lite1 → Lite2 (width), Lite0 → Lite2 (both), paraphrase-MiniLM-L3-v2 → all-MiniLM-L6-v2 (depth) and, with "
-        "`--full`, all-MiniLM-L6-v2 → all-mpnet-base-v2 (width ×2, depth ×2, other pretraining). None of these "
-        "models has a head for the tasks, so each reads them through a linear probe fitted on its frozen base and "
-        "kept frozen while fine-tuning (as the paper evaluates T5); the target's own probe is the baseline. A "
-        "second table repeats the protocol on small ViTs trained here, along an axis of relatedness.",
-        f"Run: {'full' if ctx.full else 'quick'}; images {cfg.resolution} px (native 224–260 px; reduced for 2 CPU "
-        f"cores); image tasks {', '.join(cfg.image_tasks)}; text tasks {', '.join(cfg.text_tasks)}; seeds "
-        f"{list(cfg.seeds)}; {cfg.n_train} training images / {cfg.text_n_train} glosses; calibration "
-        f"{', '.join(cfg.calibrations)} (n100: 100 samples, k5: 5 per class); α grid {list(cfg.alpha_grid)} searched "
-        f"on validation, and α = 1; fine-tuning momentum SGD, head frozen (BatchNorm statistics frozen). Wall time of "
-        f"this invocation {wall / 60:.1f} min (finished points are read from the sweep store).",
-    ] + notes
-    md.append("Sources (this run): every record [raw.csv](transfer/raw.csv); accuracies with intervals "
-              "[table.csv](transfer/table.csv); gap closed [gap_closed.csv](transfer/gap_closed.csv); verdicts "
-              "[verdicts.csv](transfer/verdicts.csv)" + ("; per-layer alignment [layers.csv](transfer/layers.csv)"
-                                                        if len(layers) else "")
-              + ". Protocol and the recorded runs: docs/transfer-benchmark.md; code: "
-              "`ftlab.experiments.transfer_accuracy`.")
-    if len(headline):
-        h = headline[(headline["method"] == "bico")]
-        rows = []
-        for _, r in h.iterrows():
-            rows.append(f"{r.calibration}, α {'= 1' if r.alpha_mode == 'fixed' else 'searched'}: "
-                        f"{_pct(r.gap_closed)} [{_pct(r.gap_low)}, {_pct(r.gap_high)}]")
-        met = h[(h["calibration"] == cfg.calibrations[0]) & (h["alpha_mode"] == "fixed")]
-        goal = ""
-        if len(met):
-            g = float(met["gap_closed"].iloc[0])
-            goal = (" The issue's goal (at least half of the gap at α = 1 on average over the real pairs) is "
-                    + ("**met**." if g >= 0.5 else "**not met**: see the per-layer table and the investigation in "
-                       "docs/transfer-benchmark.md for why."))
-        md.append("### Headline\n\nShare of the probe → fine-tuned gap closed by BiCo, averaged over the real pairs "
-                  "(per seed; mean [95% t-interval]): " + "; ".join(rows) + "." + goal + "\n\nEvery method, averaged "
-                  "over the real pairs the same way:\n\n" + headline_markdown(headline))
-    md.append("### Per setting\n\nThe target's base (linear probe; zero-shot head for the ViT family) and direct "
-              "fine-tuning, averaged over tasks, and the share of the gap each method closes (calibration "
-              f"{cfg.calibrations[0]}; mean [95% t-interval] over seeds):\n\n"
-              + pairs_markdown(gaps, table, [*real, *family], calibration=cfg.calibrations[0]))
-    if ctx.wants("bars") and real:
-        bar_chart(gaps, out / "bars.png", settings=real, calibration=cfg.calibrations[0])
-        md.append("![Gap closed on the real pairs](transfer/bars.png)")
-    md.append("### The paper's claims (judged on the offline pairs)\n\n" + verdict_table(paper, paper=True))
-    md.append("### ftlab's own findings (not claims of the paper)\n\n" + verdict_table(mine, paper=False))
-    md.append("### Real pairs\n\n" + markdown_tables(table, gaps[gaps["setting"].isin(real)], settings=real))
-    md.append("### Where the task vector sits and how well the bases align (BiCo's fit, calibration "
-              f"{cfg.calibrations[0]})\n\nMedians over layers of each fifth of the target's depth and over tasks and "
-              "seeds. The Procrustes similarity `‖AᵀB‖_* / (‖A‖‖B‖)` is 1 when one row set is an orthogonal re-coding "
-              "of the other.\n\n" + layer_markdown(layers[layers["setting"].isin(real)] if len(layers) else layers))
-    rank = estimate_ranking(raw, calibration=cfg.calibrations[0])
-    if rank.get("rho") is not None:
-        md.append(f"**Transfer diagnostic.** Its estimate of the share of τ_A that carries over ranks the "
-                  f"(pair, task) cells by the gap BiCo actually closed with Spearman ρ = {rank['rho']:+.2f} "
-                  f"[{rank['low']:+.2f}, {rank['high']:+.2f}] over {rank['n']} cells.")
-    elif cfg.diagnose:
-        md.append("*The transfer diagnostic's estimate was not available in this run.*")
-    if family:
-        fam_gaps = gaps[gaps["setting"].isin(family)]
-        md.append("### Second table: controlled ViTs along an axis of relatedness\n\nSource: a ViT pretrained here "
-                  "on 20 Fashion-MNIST + MNIST classes (read zero-shot through its pretrained head). Targets, most "
-                  "related first: an exact unit-permuted copy (`permuted`), permuted copies trained 1 or 4 more "
-                  "epochs on other images (`continued_1ep`, `continued_4ep`), an independent seed on the same data "
-                  "(`independent`), another seed and other data (`pretraining`); and wider / deeper independent "
-                  "models (`width`, `depth`).")
-        if ctx.wants("family"):
-            dose_response_chart(fam_gaps, out / "family.png", [*DOSE_SETTINGS, "width", "depth"],
-                                calibration=cfg.calibrations[0])
-            md.append("![Gap closed against relatedness](transfer/family.png)")
-        md.append(markdown_tables(table, fam_gaps, settings=family, modes=("fixed",)))
-        if len(layers):
-            md.append(layer_markdown(layers[layers["setting"].isin(family)]))
-    return "\n\n".join(md)
+    figs = write_figures(sm, out, wants=ctx.wants)
+    run_line = (f"{'full' if ctx.full else 'quick'}; images {cfg.resolution} px, {', '.join(cfg.image_tasks)}, "
+                f"{cfg.n_train} training images; text {', '.join(cfg.text_tasks)}, {cfg.text_n_train} glosses; "
+                f"calibration {', '.join(cfg.calibrations)} (n100: 100 samples, k5: 5 per class); α grid "
+                f"{list(cfg.alpha_grid)} searched on validation, and α = 1")
+    md = render(sm, figures={k: f"transfer/{Path(v).name}" for k, v in figs.items()}, run=run_line, wall=wall / 60)
+    md += "\n\nSources (this run): per-seed records [records.csv](transfer/records.csv), accuracies with intervals " \
+          "[table.csv](transfer/table.csv), gap closed [gap_closed.csv](transfer/gap_closed.csv), verdicts " \
+          "[verdicts.csv](transfer/verdicts.csv). Protocol and the recorded run: docs/transfer-benchmark.md."
+    return "\n\n".join([md, *notes])

@@ -25,6 +25,14 @@ where ``tau_A -> l`` is the part of ``tau_A`` that B's layer ``l`` receives (a s
 two target layers counts twice) and ``tau_A -> zeroed`` the part B's zeroed parameters would
 receive (position embeddings and the like: not carried). ``estimate_cka`` is the same with linear
 CKA in place of ``rho``. Both are 1 for an exact re-coding of the source (a permuted copy).
+
+**Where a transfer is expected to harm** (ftlab's rule, :func:`expectation`). A transfer whose ``estimate`` is
+below :data:`BELOW_TARGET_ESTIMATE` is expected to leave the target *below its own accuracy* (before any
+fine-tuning) at ``alpha = 1``; :meth:`Expectation.message` says so in one line and names the layers that carry the
+most of the task vector with the least alignment. The threshold is the one that misclassified the fewest recorded
+cells of ftlab's transfer benchmark (:func:`fit_threshold`; docs/transfer-benchmark.md gives the cells, the error
+rate on the pairs used to set it and on the pairs kept apart). It is a heuristic for the kinds of pairs benchmarked,
+not a guarantee.
 """
 
 from __future__ import annotations
@@ -40,7 +48,12 @@ from ftlab.transfer.api import fit_transfer
 from ftlab.transfer.methods import Method
 from ftlab.transfer.options import TransferOptions
 
-__all__ = ["Diagnosis", "diagnose"]
+__all__ = ["BELOW_TARGET_ESTIMATE", "Diagnosis", "Expectation", "diagnose", "diagnosis_from_result", "expectation",
+           "fit_threshold"]
+
+#: Below this estimated carried share, a transfer at alpha = 1 is expected to score below the target's own accuracy
+#: (ftlab's rule; calibrated on the recorded benchmark cells, see the module docstring).
+BELOW_TARGET_ESTIMATE = 0.5
 
 
 def _num(x) -> float:
@@ -138,3 +151,57 @@ def diagnosis_from_result(res) -> Diagnosis:
     return Diagnosis(layers=rows, estimate=est, estimate_cka=est_cka, zeroed_share=zeroed / total if total > 0 else math.nan,
                      method=res.method, n_batches=res.n_batches, options=res.options, time_s=res.time_s)
 
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What ftlab's rule expects of a transfer at ``alpha = 1``: ``below`` (True: below the target's own accuracy)
+    from ``estimate`` against ``threshold``; ``layers``: the target layers losing the most of the task vector
+    (share of ``tau`` times one minus its carried share), most first."""
+
+    below: bool
+    estimate: float
+    threshold: float
+    layers: tuple[str, ...] = ()
+
+    def message(self) -> str:
+        """One line for a terminal."""
+        where = f"; least aligned where the task vector sits: {', '.join(self.layers)}" if self.layers else ""
+        if self.below:
+            return (f"warning: the transfer is expected to score below the target's own accuracy (estimated carried "
+                    f"share {self.estimate:.2f} < {self.threshold:.2f}){where}")
+        return (f"the transfer is not expected to fall below the target's own accuracy (estimated carried share "
+                f"{self.estimate:.2f} >= {self.threshold:.2f})")
+
+
+def expectation(diagnosis, *, threshold: float = BELOW_TARGET_ESTIMATE, top: int = 3) -> Expectation:
+    """ftlab's rule applied to a :class:`Diagnosis` or to a finished :class:`~ftlab.transfer.TransferResult` of a
+    Procrustes method (its statistics carry the similarities the estimate needs; no second pass)."""
+    d = diagnosis if isinstance(diagnosis, Diagnosis) else diagnosis_from_result(diagnosis)
+    if not math.isfinite(d.estimate):
+        raise ValueError(f"estimate={d.estimate!r}: the diagnosis holds no finite estimate of the carried share")
+    losing = sorted((r for r in d.layers if math.isfinite(r.get("tau_share", math.nan))),
+                    key=lambda r: -(r["tau_share"] * (1 - (r["carry"] if math.isfinite(r["carry"]) else 0.0))))
+    return Expectation(bool(d.estimate < threshold), float(d.estimate), float(threshold),
+                       tuple(r["target"] for r in losing[:top]))
+
+
+def fit_threshold(estimates, below) -> tuple[float, int]:
+    """The threshold ``t`` for "below when ``estimate < t``" that misclassifies the fewest cells, and that number.
+
+    ``estimates``: finite estimates; ``below``: whether each cell scored below the target's own accuracy. Candidates
+    are the midpoints between consecutive distinct estimates (and the ends); among equally good ones the median is
+    taken."""
+    import numpy as np
+
+    e = np.asarray(estimates, dtype=np.float64)
+    b = np.asarray(below, dtype=bool)
+    if e.shape != b.shape or e.ndim != 1 or e.size == 0:
+        raise ValueError(f"estimates and below must be non-empty 1-d arrays of one length, got {e.shape} and {b.shape}")
+    if not np.isfinite(e).all():
+        raise ValueError("estimates must be finite")
+    u = np.unique(e)
+    cand = np.concatenate([[u[0] - 1e-9], (u[1:] + u[:-1]) / 2, [u[-1] + 1e-9]])
+    errors = np.array([int(np.sum(b & (e >= t)) + np.sum(~b & (e < t))) for t in cand])
+    best = np.flatnonzero(errors == errors.min())
+    return float(cand[best[len(best) // 2]]), int(errors.min())

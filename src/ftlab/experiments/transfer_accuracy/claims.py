@@ -1,248 +1,266 @@
-"""The paper's claims and ftlab's own findings, judged from a benchmark run with :mod:`ftlab.experiments.verdicts`.
+"""The benchmark's pre-registered primary tests and ftlab's own findings, judged with :mod:`ftlab.experiments.verdicts`.
 
-The BiCo paper (Son, Jung, Park, Baik, arXiv 2605.28444) is quoted as issue 14 states it; its models (CLIP
-ViTs, T5) are not available offline, so each claim is judged on the offline analogues, *per seed* (a seed
-redraws the fine-tuning set, the calibration set and the fine-tuning order) with paired effects averaged
-over the tasks of the settings named:
+**Primaries** (:data:`PRIMARIES`, fixed here before the recorded run). One per claim of the BiCo paper (Son, Jung,
+Park, Baik, arXiv 2605.28444) as ftlab states it for the pairs that install offline, plus "BiCo at α = 1 beats the
+target's linear probe" for each family of real pairs and the share-of-the-gap yardstick. The paper's evidence is
+CLIP ViTs and T5, which do not install offline; each claim is judged on its offline analogue (``settings``).
 
-* **paper** -- :data:`PAPER_CLAIMS`: BiCo +18.88 vs Theseus +3.81 (ViT-B/16 -> B/16-plus, 100 calibration
-  samples; judged on the width-only pair lite1->lite2), +17.81 (same architecture, other pretraining, 5 per
-  class; judged on the controlled ViTs of another seed and data), +12.89 (ViT-B/16 -> L/14; judged on the
-  depth + width pairs); one-sided alignment insufficient; gradients essential for the output side; the issue's
-  goal that BiCo at alpha = 1 closes at least half of the gap on average over the real pairs, as the paper
-  reports for its model families. A claim whose settings or calibration are not in a run is left out.
-* **ftlab** -- :func:`ftlab_findings`: claims the paper does not make (alpha search, calibration regime,
-  where BiCo stays below the target's linear probe, the dose-response of relatedness), labelled as ftlab's
-  and never counted with the paper's.
+**Evidence.** One paired effect per seed (a seed redraws the fine-tuning set, the calibration samples and the
+fine-tuning order; every method of a seed is evaluated on the same test set): per setting the effect averaged over
+the tasks, then the equal-weight mean over the claim's settings (:func:`ftlab.experiments.verdicts.pool_strata`;
+per-setting effects and their heterogeneity are reported beside it). Accuracy effects are in accuracy (fractions;
+the tables print points); ``gap`` effects are shares of the probe → fine-tuned gap.
 
-Every family of claims is judged together (:func:`ftlab.experiments.verdicts.judge_family`, Holm's
-correction): accuracy effects with a margin of practical irrelevance of 1 point, gap shares 0.05.
+**Rule.** :func:`ftlab.experiments.verdicts.judge_claims`: the exact sign-flip test and its interval, at least
+:data:`~ftlab.experiments.verdicts.MIN_SEEDS` seeds, Holm's correction over the primaries as one family, "no effect"
+when the family-level interval lies inside the margin (:data:`ACC_MARGIN`, :data:`GAP_MARGIN`).
+
+**Premise, checked before judging** (:func:`premise_table`). A share of the gap means something only where direct
+fine-tuning clearly beats the target's own accuracy: each setting's mean gap ``finetuned - base`` must be at least
+:data:`~ftlab.experiments.transfer_accuracy.pilot.MIN_GAP` and each run's at least :data:`MIN_RUN_GAP`; the share
+of a claim's runs that miss either is its ``premise_missed``, and above 5% the claim is "outside the premise".
+
+**ftlab's own findings** (:func:`ftlab_findings`) are claims the paper does not make; they are judged as a separate
+family with the same rule and never counted with the primaries.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ftlab.experiments.transfer_accuracy.table import BASELINES, accuracy_records, per_seed_gaps
-from ftlab.experiments.verdicts import Judgement, judge_family
+from ftlab.experiments.transfer_accuracy.pilot import MIN_GAP
+from ftlab.experiments.verdicts import Evidence, Judgement, judge_claims, pool_strata
 
-__all__ = ["BenchmarkSummary", "Claim", "PAPER_CLAIMS", "ftlab_findings", "judge_claims", "paired_effect", "summarize"]
+__all__ = ["ACC_MARGIN", "GAP_MARGIN", "MIN_RUN_GAP", "PAPER", "PRIMARIES", "REAL_VISION", "REAL_TEXT", "Claim",
+           "claim_matrix", "ftlab_findings", "judge", "premise_table"]
 
-ACC_MARGIN = 0.01
-GAP_MARGIN = 0.05
+#: Margin of practical irrelevance of an accuracy effect (2 points) and of a share of the gap (0.1).
+ACC_MARGIN = 0.02
+GAP_MARGIN = 0.10
+#: A single run (setting, seed) whose fine-tuning beats the target's base by less than this misses the premise.
+MIN_RUN_GAP = 0.05
+#: The target's own accuracy: a linear probe (real pairs) or the pretrained head (the controlled ViTs).
+BASELINES = ("probe", "zero_shot")
+
+REAL_VISION = ("lite0->lite1", "lite1->lite2", "lite0->lite2")
+REAL_TEXT = ("minilm_l3->minilm_l6", "minilm_l6->mpnet_base")
+PAPER = "BiCo, arXiv 2605.28444"
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim judged from per-seed effects: ``quote`` (as issue 14 states it), what is measured, and how.
+    """A claim judged from per-seed effects.
 
-    ``kind``: ``diff`` (accuracy of ``a`` minus ``b``), ``gap`` (the gap closed by ``a`` minus ``threshold``),
-    ``below`` (``b`` minus ``a``: claims that ``a`` falls below ``b``). ``settings``: ``"real"`` (the real pairs),
-    ``"family"`` or a tuple of setting names. ``calibration`` and ``alpha_mode`` select the rows.
+    ``quote``: the claim (the paper's words and figures where it is the paper's); ``source``: ``"paper"`` or
+    ``"ftlab"``; ``measured``: what is measured here. ``kind``: ``diff`` (accuracy of ``a`` minus ``b``), ``gap``
+    (the share of the gap ``a`` closes, minus ``threshold``), ``below`` (``b`` minus ``a``), ``alpha`` (``a`` with
+    alpha searched minus ``a`` at alpha = 1), ``calib`` (``a`` with calibration ``b`` minus ``a`` with
+    ``calibration``), ``dose`` (gap closed by ``a`` on ``settings[0]`` minus on ``settings[-1]``, per seed).
+    ``a``/``b``: method names (``base`` = the target's own accuracy). ``settings``: the settings pooled.
     """
 
     key: str
     quote: str
+    source: str
     measured: str
     kind: str
     a: str
     b: str = ""
-    settings: object = "real"
+    settings: tuple[str, ...] = ()
     calibration: str = "n100"
     alpha_mode: str = "fixed"
     threshold: float = 0.0
 
+    @property
+    def margin(self) -> float:
+        return GAP_MARGIN if self.kind in ("gap", "dose") else ACC_MARGIN
 
-PAPER_CLAIMS: tuple[Claim, ...] = (
-    Claim("half_gap", "BiCo at α = 1 closes at least half of the gap to direct fine-tuning on average over the "
-          "model families (issue 14's goal, as the paper reports for its families)",
-          "gap closed by BiCo at α = 1, averaged over the real pairs, minus 0.5", "gap", "bico", threshold=0.5),
-    Claim("gain_width", "BiCo +18.88 points over the target's zero-shot accuracy for ViT-B/16 → B/16-plus (a wider "
-          "target) with 100 calibration samples", "BiCo minus the target's linear probe on the width-only pair "
-          "lite1->lite2, 100 samples, α = 1", "diff", "bico", "base", settings=("lite1->lite2",)),
-    Claim("gain_depth_width", "BiCo +12.89 points for ViT-B/16 → L/14 (wider and deeper)",
-          "BiCo minus the target's linear probe on the depth + width pair lite0->lite2, 100 samples, α = 1", "diff",
-          "bico", "base", settings=("lite0->lite2", "minilm_l6->mpnet_base")),
-    Claim("gain_5pc", "BiCo +17.81 points for the same architecture with different pretraining, 5 samples per "
-          "class", "BiCo minus the target's zero-shot head on the controlled ViTs of the same architecture, another "
-          "seed and other pretraining images (`pretraining`), 5 per class, α = 1", "diff", "bico", "base",
-          settings=("pretraining",), calibration="k5"),
-    Claim("beats_theseus", "BiCo +18.88 vs Theseus +3.81 (ViT-B/16 → B/16-plus, 100 calibration samples)",
-          "BiCo minus activation-only (Theseus-like), real pairs, 100 samples, α = 1", "diff", "bico",
-          "activation_only"),
-    Claim("input_only", "one-sided alignment is insufficient (input side only)",
-          "BiCo minus bico_input_only, real pairs, α = 1", "diff", "bico", "bico_input_only"),
-    Claim("output_only", "one-sided alignment is insufficient (output side only)",
-          "BiCo minus bico_output_only, real pairs, α = 1", "diff", "bico", "bico_output_only"),
-    Claim("grad_output", "gradients are essential for the output side",
-          "BiCo (output map from gradients) minus activation_only (output map from activations), real pairs, α "
-          "searched on validation for each", "diff", "bico", "activation_only", alpha_mode="searched"),
+
+PRIMARIES: tuple[Claim, ...] = (
+    Claim("probe_vision", "BiCo at α = 1 beats the target's own accuracy (here: its linear probe)", "ftlab",
+          "BiCo (100 samples, α = 1) minus the target's linear probe, pooled over the three EfficientNet-Lite pairs",
+          "diff", "bico", "base", REAL_VISION),
+    Claim("probe_text", "BiCo at α = 1 beats the target's own accuracy (here: its linear probe)", "ftlab",
+          "BiCo (100 samples, α = 1) minus the target's linear probe, pooled over MiniLM-L3 → L6 and "
+          "MiniLM-L6 → MPNet-base", "diff", "bico", "base", REAL_TEXT),
+    Claim("half_gap", "BiCo at α = 1 closes at least half of the gap between the target and its direct "
+          "fine-tuning", "ftlab", "share of the probe → fine-tuned gap closed by BiCo (100 samples, α = 1), "
+          "pooled over the real pairs, minus 0.5", "gap", "bico", settings=REAL_VISION + REAL_TEXT, threshold=0.5),
+    Claim("gain_width", "width, ViT-B/16 → ViT-B/16-plus, 100 calibration samples: BiCo +18.88 points over the "
+          "target's zero-shot accuracy", "paper", "BiCo minus the target's linear probe on the width-only pair "
+          "Lite1 → Lite2 (100 samples, α = 1)", "diff", "bico", "base", ("lite1->lite2",)),
+    Claim("gain_depth_width", "depth and width, ViT-B/16 → ViT-L/14: BiCo +12.89 points", "paper",
+          "BiCo minus the target's linear probe on the depth + width pairs Lite0 → Lite2 and MiniLM-L6 → MPNet-base "
+          "(100 samples, α = 1)", "diff", "bico", "base", ("lite0->lite2", "minilm_l6->mpnet_base")),
+    Claim("gain_5pc", "same architecture, different pretraining data, 5 samples per class: BiCo +17.81 points",
+          "paper", "BiCo minus the target's zero-shot head on the controlled ViT of the same architecture pretrained "
+          "from another seed on other images (5 per class, α = 1)", "diff", "bico", "base", ("pretraining",),
+          calibration="k5"),
+    Claim("beats_theseus", "BiCo +18.88 vs Theseus +3.81 (ViT-B/16 → B/16-plus, 100 samples); BiCo beats existing "
+          "transfer methods", "paper", "BiCo minus activation-only (Theseus-like), pooled over the real pairs "
+          "(100 samples, α = 1)", "diff", "bico", "activation_only", REAL_VISION + REAL_TEXT),
+    Claim("beats_transfusion", "BiCo beats existing transfer methods (TransFusion on the same architecture with "
+          "different pretraining)", "paper", "BiCo (100 samples, α = 1) minus TransFusion (α = 1) on the controlled "
+          "ViTs of the same architecture: independent seed, and other seed and images", "diff", "bico",
+          "transfusion", ("independent", "pretraining")),
+    Claim("input_only", "input-only alignment is not enough", "paper", "BiCo minus its input-side-only ablation, "
+          "Lite1 → Lite2 and MiniLM-L3 → L6 (100 samples, α = 1)", "diff", "bico", "bico_input_only",
+          ("lite1->lite2", "minilm_l3->minilm_l6")),
+    Claim("output_only", "output-only alignment is not enough", "paper", "BiCo minus its output-side-only "
+          "ablation, Lite1 → Lite2 and MiniLM-L3 → L6 (100 samples, α = 1)", "diff", "bico", "bico_output_only",
+          ("lite1->lite2", "minilm_l3->minilm_l6")),
+    Claim("grad_output", "the output side must use gradients", "paper", "BiCo (output map from gradients) minus "
+          "activation-only (output map from output activations), pooled over the real pairs, α searched on "
+          "validation for each", "diff", "bico", "activation_only", REAL_VISION + REAL_TEXT, alpha_mode="searched"),
 )
 
 
-def _setting_names(spec, settings: Sequence[str], real: Sequence[str]) -> list[str]:
-    if spec == "real":
-        return [s for s in settings if s in real]
-    if spec == "family":
-        return [s for s in settings if s not in real]
-    return [s for s in settings if s in tuple(spec)]
+def _acc(raw: pd.DataFrame) -> pd.DataFrame:
+    return raw[raw["record"] == "accuracy"] if "record" in raw.columns else raw
 
 
-def paired_effect(raw: pd.DataFrame, claim: Claim, real: Sequence[str]) -> np.ndarray:
-    """Per-seed effect of ``claim`` (positive = the claimed direction), averaged over tasks and settings."""
-    if claim.kind == "gap":
-        g = per_seed_gaps(raw)
-        names = _setting_names(claim.settings, list(dict.fromkeys(g["setting"])), real) if len(g) else []
-        g = g[(g["setting"].isin(names)) & (g["method"] == claim.a) & (g["calibration"] == claim.calibration)
-              & (g["alpha_mode"] == claim.alpha_mode)]
-        if not len(g):
-            return np.array([])
-        return (g.groupby("seed")["gap_closed"].mean() - claim.threshold).to_numpy(dtype=float)
-    acc = accuracy_records(raw)
-    names = _setting_names(claim.settings, list(dict.fromkeys(acc["setting"])), real)
-    acc = acc[acc["setting"].isin(names) & (acc["alpha_mode"] == claim.alpha_mode)]
-
-    def method_rows(m):
-        if m == "base":
-            return acc[acc["method"].isin(BASELINES)]
-        sel = acc[acc["method"] == m]
-        return sel if m == "naive" else sel[sel["calibration"] == claim.calibration]
-
-    ra, rb = method_rows(claim.a), method_rows(claim.b)
-    if not len(ra) or not len(rb):
-        return np.array([])
-    key = ["setting", "task", "seed"]
-    both = ra.set_index(key)["accuracy"].rename("a").to_frame().join(rb.set_index(key)["accuracy"].rename("b"),
-                                                                       how="inner")
-    if not len(both):
-        return np.array([])
-    d = (both["a"] - both["b"]) if claim.kind == "diff" else (both["b"] - both["a"])
-    return d.groupby(level="seed").mean().to_numpy(dtype=float)
+def _rows(acc: pd.DataFrame, method: str, calibration: str, alpha_mode: str) -> pd.Series:
+    """Accuracy per (setting, task, seed) of ``method`` (``base``: the baseline) in one calibration and alpha mode."""
+    if method == "base":
+        sel = acc[acc["method"].isin(BASELINES)]
+    else:
+        sel = acc[acc["method"] == method]
+        if calibration and set(sel["calibration"]) - {"-"}:
+            sel = sel[sel["calibration"] == calibration]
+    sel = sel[sel["alpha_mode"] == alpha_mode]
+    return sel.groupby(["setting", "task", "seed"])["accuracy"].mean()
 
 
-def judge_claims(raw: pd.DataFrame, claims: Sequence[Claim], real: Sequence[str]) -> list[tuple[Claim, Judgement]]:
-    """Judge ``claims`` as one family (Holm); claims without data are left out."""
-    effects: dict[str, list[float]] = {}
-    margins: dict[str, float] = {}
+def _gap_closed(acc: pd.DataFrame, method: str, calibration: str, alpha_mode: str) -> pd.Series:
+    """Per (setting, seed): ``(acc - base) / (finetuned - base)`` on task-averaged accuracies; nan for a run whose
+    gap is below :data:`MIN_RUN_GAP`."""
+    a = _rows(acc, method, calibration, alpha_mode).groupby(["setting", "seed"]).mean()
+    base = _rows(acc, "base", "", alpha_mode).groupby(["setting", "seed"]).mean()
+    ft = _rows(acc, "finetuned", "", alpha_mode).groupby(["setting", "seed"]).mean()
+    gap = ft - base
+    return ((a - base) / gap.where(gap >= MIN_RUN_GAP)).dropna(how="all")
+
+
+def _per_seed(acc: pd.DataFrame, c: Claim) -> pd.Series:
+    """The claim's effect per (setting, seed) (positive = the claimed direction)."""
+    if c.kind == "gap":
+        return _gap_closed(acc, c.a, c.calibration, c.alpha_mode) - c.threshold
+    if c.kind == "dose":
+        g = _gap_closed(acc, c.a, c.calibration, c.alpha_mode)
+        first, last = g.xs(c.settings[0], level="setting"), g.xs(c.settings[-1], level="setting")
+        d = (first - last).dropna()
+        return pd.Series(d.to_numpy(), index=pd.MultiIndex.from_product([[c.settings[0]], d.index],
+                                                                          names=["setting", "seed"]))
+    if c.kind == "alpha":
+        ea, eb = _rows(acc, c.a, c.calibration, "searched"), _rows(acc, c.a, c.calibration, "fixed")
+    elif c.kind == "calib":
+        ea, eb = _rows(acc, c.a, c.b, c.alpha_mode), _rows(acc, c.a, c.calibration, c.alpha_mode)
+    else:
+        ea, eb = _rows(acc, c.a, c.calibration, c.alpha_mode), _rows(acc, c.b, c.calibration, c.alpha_mode)
+        if c.kind == "below":
+            ea, eb = eb, ea
+    d = (ea - eb).dropna()
+    return d.groupby(["setting", "seed"]).mean()
+
+
+def claim_matrix(raw: pd.DataFrame, c: Claim) -> pd.DataFrame:
+    """Per-seed effects of ``c``: one row per seed, one column per setting of the claim present (nan = missing)."""
+    acc = _acc(raw)
+    acc = acc[acc["setting"].isin(c.settings)]
+    if not len(acc):
+        return pd.DataFrame()
+    s = _per_seed(acc, c)
+    if not len(s):
+        return pd.DataFrame()
+    m = s.unstack("setting")
+    return m[[x for x in c.settings if x in m.columns]]
+
+
+def premise_table(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: the target's base and fine-tuned accuracy and the gap between them (mean over seeds of the
+    task-averaged gap, its spread), the runs below :data:`MIN_RUN_GAP`, and whether the setting holds the premise
+    (mean gap >= :data:`~ftlab.experiments.transfer_accuracy.pilot.MIN_GAP`, no run below :data:`MIN_RUN_GAP`)."""
+    from ftlab.experiments.verdicts import t_interval
+
+    acc = _acc(raw)
+    fixed = acc[acc["alpha_mode"] == "fixed"]
+    base = fixed[fixed["method"].isin(BASELINES)].groupby(["setting", "seed"])["accuracy"].mean()
+    ft = fixed[fixed["method"] == "finetuned"].groupby(["setting", "seed"])["accuracy"].mean()
+    both = pd.concat([base.rename("base"), ft.rename("finetuned")], axis=1).dropna()
+    rows = []
+    for setting, g in both.groupby(level="setting", sort=False):
+        gap = (g["finetuned"] - g["base"]).to_numpy(dtype=float)
+        m, lo, hi = t_interval(gap)
+        low_runs = int(np.sum(gap < MIN_RUN_GAP))
+        rows.append({"setting": setting, "base": float(g["base"].mean()), "finetuned": float(g["finetuned"].mean()),
+                     "gap": m, "gap_low": lo, "gap_high": hi, "seeds": int(gap.size), "runs_below": low_runs,
+                     "premise": bool(m >= MIN_GAP and low_runs == 0)})
+    return pd.DataFrame(rows)
+
+
+def _premise_missed(premise: pd.DataFrame, matrix: pd.DataFrame, raw: pd.DataFrame) -> float:
+    """Share of the claim's runs (setting, seed) in a setting without the premise or with a gap below the floor."""
+    if not len(premise) or not len(matrix):
+        return 0.0
+    ok = premise.set_index("setting")["premise"]
+    acc = _acc(raw)
+    fixed = acc[acc["alpha_mode"] == "fixed"]
+    base = fixed[fixed["method"].isin(BASELINES)].groupby(["setting", "seed"])["accuracy"].mean()
+    ft = fixed[fixed["method"] == "finetuned"].groupby(["setting", "seed"])["accuracy"].mean()
+    run_gap = (ft - base)
+    runs = missed = 0
+    for setting in matrix.columns:
+        for seed, v in matrix[setting].items():
+            if not math.isfinite(v):
+                continue
+            runs += 1
+            g = run_gap.get((setting, seed), math.nan)
+            missed += int(not bool(ok.get(setting, False)) or not (g >= MIN_RUN_GAP))
+    return missed / runs if runs else 0.0
+
+
+def ftlab_findings(raw: pd.DataFrame) -> list[Claim]:
+    """ftlab's own claims for this run (not the paper's): alpha search and the calibration regime on the real pairs,
+    naive transfer across pretraining, TransFusion on the exact permuted copy, and the relatedness dose-response."""
+    real = REAL_VISION + REAL_TEXT
+    return [
+        Claim("alpha_search", "searching α on validation improves BiCo over α = 1", "ftlab",
+              "BiCo with α searched minus BiCo at α = 1, real pairs (100 samples)", "alpha", "bico", settings=real),
+        Claim("k5_vs_n100", "5 samples per class calibrate BiCo better than 100 random samples", "ftlab",
+              "BiCo with 5 per class minus BiCo with 100 samples, real pairs, α = 1", "calib", "bico", "k5",
+              settings=real),
+        Claim("naive_degrades", "naive transfer degrades the target across a change of pretraining", "ftlab",
+              "target's zero-shot head minus naive transfer on the controlled ViT of another seed and images",
+              "below", "naive", "base", ("pretraining",)),
+        Claim("transfusion_permuted", "TransFusion carries the task vector onto an exact permuted copy better than "
+              "BiCo", "ftlab", "TransFusion minus BiCo (100 samples), α = 1, on the exact unit-permuted copy",
+              "diff", "transfusion", "bico", ("permuted",)),
+        Claim("dose", "BiCo closes more of the gap on a permuted copy than across a change of pretraining", "ftlab",
+              "gap closed by BiCo (α = 1) on the permuted copy minus on the other-pretraining ViT", "dose", "bico",
+              settings=("permuted", "pretraining")),
+    ]
+
+
+def judge(raw: pd.DataFrame, claims: Sequence[Claim]) -> list[tuple[Claim, Judgement, pd.DataFrame]]:
+    """Judge ``claims`` as one family (Holm) with the project's rule; claims without data are left out.
+    Returns ``(claim, judgement, per-seed matrix)``."""
+    premise = premise_table(raw)
+    evidence: dict[str, Evidence] = {}
     kept = []
     for c in claims:
-        e = paired_effect(raw, c, real)
-        if e.size:
-            effects[c.key] = e.tolist()
-            margins[c.key] = GAP_MARGIN if c.kind == "gap" else ACC_MARGIN
-            kept.append(c)
-    if not effects:
+        m = claim_matrix(raw, c)
+        if not len(m) or not np.isfinite(m.to_numpy(dtype=float)).any():
+            continue
+        mat = m.to_numpy(dtype=float)
+        evidence[c.key] = Evidence(pool_strata(mat), c.margin, strata=mat if mat.shape[1] > 1 else None,
+                                   strata_names=tuple(m.columns), premise_missed=_premise_missed(premise, m, raw))
+        kept.append((c, m))
+    if not evidence:
         return []
-    js = {j.claim: j for j in judge_family(effects, margins=margins)}
-    return [(c, js[c.key]) for c in kept]
-
-
-def ftlab_findings(raw: pd.DataFrame, real: Sequence[str], dose: Sequence[str]) -> list[Claim]:
-    """ftlab's own claims for this run (not the paper's): one per real pair where BiCo at alpha = 1 falls below the
-    linear probe, plus the alpha search, the calibration regime and the relatedness dose-response."""
-    acc = accuracy_records(raw)
-    out = [Claim("alpha_search", "searching α on validation improves BiCo over α = 1 (ftlab)",
-                 "BiCo with α searched minus BiCo at α = 1, real pairs", "diff", "bico@searched", "bico"),
-           Claim("k5_vs_n100", "5 samples per class calibrate BiCo as well as 100 random samples (ftlab)",
-                 "BiCo with 5 per class minus BiCo with 100 samples, real pairs, α = 1", "diff", "bico@k5", "bico")]
-    for s in [s for s in dict.fromkeys(acc["setting"]) if s in real]:
-        out.append(Claim(f"below_probe:{s}", f"on {s}, BiCo at α = 1 falls below the target's linear probe (ftlab)",
-                         f"probe minus BiCo at α = 1 on {s}", "below", "bico", "base", settings=(s,)))
-    if "pretraining" in set(acc["setting"]):
-        out.append(Claim("naive_degrades", "naive transfer degrades the target across a change of pretraining (same "
-                         "architecture) (ftlab)", "target zero-shot minus naive transfer, controlled ViTs of another "
-                         "seed and data", "below", "naive", "base", settings=("pretraining",)))
-    present = [s for s in dose if s in set(acc["setting"])]
-    if len(present) >= 2:
-        out.append(Claim("dose", f"BiCo closes more of the gap on the most related target ({present[0]}) than on the "
-                         f"least related ({present[-1]}) (ftlab)", f"gap closed on {present[0]} minus on {present[-1]}",
-                         "dose", "bico", settings=(present[0], present[-1])))
-    return out
-
-
-def judge_findings(raw: pd.DataFrame, findings: Sequence[Claim], real: Sequence[str]) -> list[tuple[Claim, Judgement]]:
-    """Judge ftlab's findings as one family (their special kinds resolved here)."""
-    effects: dict[str, list[float]] = {}
-    margins: dict[str, float] = {}
-    kept = []
-    for c in findings:
-        if c.kind == "dose":
-            g = per_seed_gaps(raw)
-            pair: tuple[str, ...] = tuple(c.settings)  # type: ignore[arg-type]
-            first, last = pair[0], pair[-1]
-            g = g[(g["method"] == c.a) & (g["calibration"] == c.calibration) & (g["alpha_mode"] == c.alpha_mode)]
-            a = g[g["setting"] == first].set_index("seed")["gap_closed"]
-            b = g[g["setting"] == last].set_index("seed")["gap_closed"]
-            e = (a - b).dropna().to_numpy(dtype=float)
-            margin = GAP_MARGIN
-        elif "@" in c.a:
-            m, tag = c.a.split("@")
-            variant = Claim(c.key, c.quote, c.measured, "diff", m, c.b,
-                            calibration=tag if tag in ("k5", "n100") else c.calibration,
-                            alpha_mode=tag if tag in ("searched", "fixed") else c.alpha_mode)
-            if tag in ("k5", "n100"):
-                ea = _method_acc(raw, m, tag, c.alpha_mode, real)
-                eb = _method_acc(raw, c.b, c.calibration, c.alpha_mode, real)
-            else:
-                ea = _method_acc(raw, m, variant.calibration, tag, real)
-                eb = _method_acc(raw, c.b, c.calibration, c.alpha_mode, real)
-            j = ea.to_frame("a").join(eb.to_frame("b"), how="inner")
-            e = (j["a"] - j["b"]).groupby(level="seed").mean().to_numpy(dtype=float) if len(j) else np.array([])
-            margin = ACC_MARGIN
-        else:
-            e = paired_effect(raw, c, real)
-            margin = ACC_MARGIN
-        if e.size:
-            effects[c.key], margins[c.key] = e.tolist(), margin
-            kept.append(c)
-    if not effects:
-        return []
-    js = {j.claim: j for j in judge_family(effects, margins=margins)}
-    return [(c, js[c.key]) for c in kept]
-
-
-def _method_acc(raw: pd.DataFrame, method: str, calibration: str, alpha_mode: str, real: Sequence[str]) -> pd.Series:
-    acc = accuracy_records(raw)
-    acc = acc[acc["setting"].isin(list(real)) & (acc["method"] == method) & (acc["calibration"] == calibration)
-              & (acc["alpha_mode"] == alpha_mode)]
-    return acc.set_index(["setting", "task", "seed"])["accuracy"]
-
-
-@dataclass(frozen=True)
-class BenchmarkSummary:
-    """What the report section and the docs' generated blocks read from one run's records (:func:`summarize`).
-
-    ``table``: accuracies with intervals; ``gaps``: share of the gap closed per (setting, method, calibration, alpha
-    mode); ``real`` / ``family``: the settings that are real pretrained pairs / controlled ViTs, in order;
-    ``headline``: the gap averaged over the real pairs; ``layers``: per-layer alignment; ``paper`` / ``mine``: the
-    paper's claims and ftlab's own findings with their judgements.
-    """
-
-    table: pd.DataFrame
-    gaps: pd.DataFrame
-    real: list[str]
-    family: list[str]
-    headline: pd.DataFrame
-    layers: pd.DataFrame
-    paper: list
-    mine: list
-
-
-def summarize(raw: pd.DataFrame) -> BenchmarkSummary:
-    """Tables and judgements of one benchmark run (``raw``: its records), computed once for every reader."""
-    from ftlab.experiments.transfer_accuracy.family import DOSE_SETTINGS
-    from ftlab.experiments.transfer_accuracy.pairs import PAIRS
-    from ftlab.experiments.transfer_accuracy.table import gap_closed, layer_table, real_pairs_gap, summary_table
-
-    table = summary_table(raw)
-    real = [p for p in PAIRS if p in set(table["setting"])]
-    family = [s for s in dict.fromkeys(table["setting"]) if s not in real]
-    return BenchmarkSummary(table=table, gaps=gap_closed(raw), real=real, family=family,
-                            headline=real_pairs_gap(raw, real), layers=layer_table(raw),
-                            paper=judge_claims(raw, PAPER_CLAIMS, real),
-                            mine=judge_findings(raw, ftlab_findings(raw, real, DOSE_SETTINGS), real))
-
+    js = {j.claim: j for j in judge_claims(evidence)}
+    return [(c, js[c.key], m) for c, m in kept]

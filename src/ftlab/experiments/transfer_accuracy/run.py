@@ -44,7 +44,7 @@ from ftlab.experiments.training import TrainConfig
 from ftlab.experiments.transfer_accuracy.finetune import recipe
 
 __all__ = ["BenchmarkConfig", "CALIBRATIONS", "Prepared", "TRANSFER_METHODS", "benchmark_point", "calibration_batches",
-           "evaluate_pair", "family_point", "full_config", "prepare", "quick_config", "reduced_full_config",
+           "evaluate_pair", "family_point", "full_config", "prepare", "quick_config",
            "run_benchmark", "text_point", "tiny_config", "vision_point"]
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,10 @@ CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
 #: bias is zero and has no counterpart in a BERT source): their deltas are exactly zero.
 TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.model.embeddings.word_embeddings",
                                  "encoder.model.encoder.relative_attention_bias")
-_GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
-#: Options of every transfer unless a configuration says otherwise: centred cross-covariances, the calibration
-#: variant with the best validation accuracy at alpha = 1 in the item-4 investigation
-#: (:mod:`~ftlab.experiments.transfer_accuracy.investigate`, ``benchmarks/diag_transfer_alignment.py``); the
-#: paper's BiCo does not centre (``transfer={}``).
-DEFAULT_TRANSFER: dict = {"center": True}
+_GRID = (0.25, 0.5, 1.0, 1.5, 2.0)
+#: Options of every transfer unless a configuration says otherwise: the library's defaults (the paper's BiCo, which
+#: does not centre); ftlab's centred variant is the method ``bico_centred`` (:data:`METHOD_VARIANTS`).
+DEFAULT_TRANSFER: dict = {}
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,9 @@ class BenchmarkConfig:
     Methods (:meth:`plan`): ``methods`` on every task with the first calibration set; ``ablation_methods`` with
     it too, on ``ablation_tasks`` only (empty: every task) and, for real pairs, ``ablation_pairs`` only (empty: every
     pair); ``other_cal_methods`` with the other calibration sets;
-    ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair. ``split_vision_pairs``: one sweep
+    ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair, on ``heavy_seeds`` (default: the
+    text seeds); ``family_methods`` for the controlled family too (TransFusion: equal shapes only, skipped
+    elsewhere). Methods are registered names or ftlab's variants (:data:`METHOD_VARIANTS`). ``split_vision_pairs``: one sweep
     point per (EfficientNet pair, task, seed) instead of per (task, seed).
     Transfer: ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
     calibration loss, :data:`~ftlab.experiments.transfer_accuracy.finetune.LOSS_KINDS`), ``alpha_grid``
@@ -131,6 +131,8 @@ class BenchmarkConfig:
     diagnose: bool = True
     split_vision_pairs: bool = False
     ablation_pairs: tuple[str, ...] = ()
+    family_methods: tuple[str, ...] = ("transfusion",)
+    heavy_seeds: tuple[int, ...] | None = None
 
     def __post_init__(self):
         from ftlab.experiments.transfer_accuracy.family import SETTINGS
@@ -157,8 +159,9 @@ class BenchmarkConfig:
             check_choice("calibration", c, CALIBRATIONS)
         from ftlab.transfer.methods import method_names
 
-        for m in (*self.methods, *self.ablation_methods, *self.other_cal_methods, *self.heavy_methods):
-            check_choice("method", m, method_names())
+        for m in (*self.methods, *self.ablation_methods, *self.other_cal_methods, *self.heavy_methods,
+                  *self.family_methods):
+            check_choice("method", m, (*method_names(), *METHOD_VARIANTS))
         from ftlab.experiments.transfer_accuracy.finetune import LOSS_KINDS
 
         check_choice("cal_loss", self.cal_loss, LOSS_KINDS)
@@ -187,6 +190,13 @@ class BenchmarkConfig:
             out[c] = tuple(self.other_cal_methods)
         return out
 
+    def family_plan(self, task: str) -> dict[str, tuple[str, ...]]:
+        """:meth:`plan` for the controlled family: ``family_methods`` added to the first calibration."""
+        plan = self.plan(task)
+        first = self.calibrations[0]
+        plan[first] = tuple(dict.fromkeys((*plan[first], *self.family_methods)))
+        return plan
+
     @classmethod
     def from_dict(cls, d: dict) -> BenchmarkConfig:
         d = dict(d)
@@ -204,8 +214,9 @@ class BenchmarkConfig:
         text_pairs = [p for p in self.text_pairs if text_available is None or p in text_available]
         heavy = [p for p in text_pairs if "mpnet" in p]
         light = [p for p in text_pairs if p not in heavy]
+        heavy_seeds = self.text_seeds if self.heavy_seeds is None else self.heavy_seeds
         pts = [{"kind": "text", "pair": p, "task": t, "seed": s, "config": cfg}
-               for p in heavy for t in self.text_tasks for s in self.text_seeds]
+               for p in heavy for t in self.text_tasks for s in heavy_seeds]
         vision_pairs = list(self.vision_pairs) if self.split_vision_pairs else [""]
         pts += [{"kind": "vision", "pair": p, "task": t, "seed": s, "config": cfg}
                 for p in vision_pairs for t in self.image_tasks for s in self.seeds] if self.vision_pairs else []
@@ -216,42 +227,39 @@ class BenchmarkConfig:
         return pts
 
 
-def quick_config() -> BenchmarkConfig:
-    """The default of ``ftlab reproduce transfer`` (about ten minutes on 2 cores with warm caches): the real text
-    pair MiniLM-L3 -> L6 on ``wordnet_nouns`` and the ViT family's relatedness axis on ``digits``, 3 seeds, 100-sample
-    calibration, naive / activation-only / BiCo, a short alpha grid. The EfficientNet pairs are left to
-    :func:`reduced_full_config` and :func:`full_config`: one BiCo fit of an EfficientNet pair costs about 2 min of
-    one core (the SVDs of its 480-1152-wide maps), so one pair alone is over the quick budget."""
-    return BenchmarkConfig(vision_pairs=(), text_pairs=("minilm_l3->minilm_l6",), text_tasks=("wordnet_nouns",),
-                           text_n_train=300, text_n_val=150, text_n_test=400,
-                           family_settings=("permuted", "continued_4ep", "independent", "width"),
-                           family_tasks=("digits",), family_n_val=200, family_n_test=500,
-                           methods=("naive", "activation_only", "bico"), ablation_methods=(), calibrations=("n100",),
-                           alpha_grid=(0.25, 0.5, 1.0, 1.5, 2.0))
-
-
-def reduced_full_config() -> BenchmarkConfig:
-    """The reduced ``--full`` run recorded in docs/transfer-benchmark.md (``bench_transfer_benchmark.py --full
-    --reduced``, under an hour of 2 cores): the three EfficientNet pairs on ``fashion_tops`` (one sweep point per
-    pair and seed, pair by pair), MiniLM-L3 -> L6 on ``wordnet_nouns``, the ViT family's relatedness axis and the
-    wider target on ``digits``; 3 seeds; naive, activation-only and BiCo with 100 samples everywhere, and the
-    one-sided ablations and gradient-only on the width-only pair ``lite1->lite2``, the text pair and the ViTs.
-    Left out of :func:`full_config`: four of the five image tasks, ``wordnet_verbs``, all-mpnet-base-v2, three of the
-    four ViT tasks and the ``depth`` ViT, GradFix and the 5-per-class calibration. Recipes, sizes and the alpha grid
-    are :func:`full_config`'s."""
-    return BenchmarkConfig(image_tasks=("fashion_tops",), split_vision_pairs=True,
-                           text_pairs=("minilm_l3->minilm_l6",), text_tasks=("wordnet_nouns",),
-                           family_settings=("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining",
-                                            "width"), family_tasks=("digits",),
-                           ablation_methods=("bico_input_only", "bico_output_only", "gradient_only"),
-                           ablation_tasks=(), ablation_pairs=("lite1->lite2", "minilm_l3->minilm_l6"),
-                           calibrations=("n100",))
+#: The design the pilot fixed (:mod:`~ftlab.experiments.transfer_accuracy.pilot`, docs/transfer-benchmark.md):
+#: resolution, task, training-set size and fine-tuning recipe of each family of real pairs, chosen on validation data.
+VISION_DESIGN: dict = dict(image_tasks=("mnist",), resolution=64, n_train=500, n_val=200, n_test=500,
+                           vision_finetune=recipe(lr=0.03, epochs=5))
+TEXT_DESIGN: dict = dict(text_tasks=("wordnet_nouns_all",), text_n_train=1000, text_n_val=200, text_n_test=400,
+                         text_max_length=24, text_finetune=recipe(lr=0.03, epochs=4))
 
 
 def full_config() -> BenchmarkConfig:
-    """``--full``: every pair (all-mpnet-base-v2 needs ``make data-full``), 5 image and 2 text tasks, 3 seeds,
-    both calibration sets, every method, the controlled family with its whole dose-response axis."""
-    return BenchmarkConfig()
+    """The recorded run (``ftlab reproduce transfer --full``; needs ``make data-full`` for all-mpnet-base-v2): the three
+    EfficientNet-Lite pairs and the two text pairs on the pilot's design (:data:`VISION_DESIGN`,
+    :data:`TEXT_DESIGN`), the controlled ViTs of equal shape and the wider one; naive, activation-only, BiCo and
+    ftlab's centred BiCo with 100 samples, BiCo also with 5 per class, the one-sided ablations on Lite1 -> Lite2,
+    MiniLM-L3 -> L6 and the ViTs, TransFusion on the equal-shape ViTs; seeds by power from the pilot."""
+    return BenchmarkConfig(**VISION_DESIGN, **TEXT_DESIGN, seeds=tuple(range(10)), text_seeds=tuple(range(10)),
+                           heavy_seeds=tuple(range(6)),
+                           family_settings=("permuted", "continued_4ep", "independent", "pretraining", "width"),
+                           family_tasks=("digits",), family_seeds=tuple(range(10)),
+                           methods=("naive", "activation_only", "bico", "bico_centred"),
+                           ablation_methods=("bico_input_only", "bico_output_only"), ablation_tasks=(),
+                           ablation_pairs=("lite1->lite2", "minilm_l3->minilm_l6"), other_cal_methods=("bico",),
+                           heavy_methods=("naive", "activation_only", "bico", "bico_centred"),
+                           calibrations=("n100", "k5"), family_methods=("transfusion",))
+
+
+def quick_config() -> BenchmarkConfig:
+    """The default of ``ftlab reproduce transfer`` (under ten minutes on 2 cores): the width-only EfficientNet pair
+    Lite1 -> Lite2 and the text pair MiniLM-L3 -> L6 on the full run's design with smaller evaluation sets, 3 seeds,
+    naive / activation-only / BiCo with 100 samples."""
+    return BenchmarkConfig(**{**VISION_DESIGN, "n_test": 300, "n_val": 100}, **{**TEXT_DESIGN, "text_n_test": 300},
+                           vision_pairs=("lite1->lite2",), seeds=(0, 1, 2), text_pairs=("minilm_l3->minilm_l6",),
+                           text_seeds=(0, 1, 2), family_settings=(), methods=("naive", "activation_only", "bico"),
+                           ablation_methods=(), calibrations=("n100",), family_methods=())
 
 
 def tiny_config(**overrides) -> BenchmarkConfig:
@@ -323,60 +331,87 @@ def _layer_rows(res, setting, task, seed, calibration) -> list[dict]:
     return rows
 
 
+#: Methods that read no calibration data: run once per (setting, task, seed), recorded with calibration "-".
+CALIBRATION_FREE: tuple[str, ...] = ("naive", "transfusion")
+#: ftlab's variants, recorded under their own name: ``{label: (registered method, options)}``. ``bico_centred`` is
+#: BiCo with centred cross-covariances (the paper's BiCo does not centre), chosen by validation accuracy on other
+#: pairs and tasks than the recorded run's (``benchmarks/diag_transfer_alignment.py``).
+METHOD_VARIANTS: dict[str, tuple[str, dict]] = {"bico_centred": ("bico", {"center": True})}
+
+
+def _fit(method: str, options: dict, source_base, source_ft, target_base, batches, loss):
+    """One transfer (TransFusion bound to both bases first); ``None`` when the method does not apply."""
+    from ftlab.transfer import fit_transfer, split_options
+    from ftlab.transfer.align import RankWarning
+
+    try:
+        topts, m = split_options(method, options)
+        if method == "transfusion":
+            m = m.bind(source_base, target_base)  # type: ignore[attr-defined]
+        with warnings.catch_warnings():  # rank deficits are expected at 100 rows; the layer rows record them
+            warnings.simplefilter("ignore", RankWarning)
+            return fit_transfer(source_base, source_ft, target_base, None if method in CALIBRATION_FREE else batches,
+                                loss, method=m, options=topts)
+    except ValueError as exc:
+        log.info("method %s skipped: %s", method, exc)
+        return None
+
+
 def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft, target_base, target_ft,
                   cal_pool: tuple, loss: Callable, score: Callable[[object, str], float], methods: Sequence[str],
                   calibrations: Sequence[str] = ("n100",), alpha_grid: Sequence[float], cal_batch_size: int = 32,
                   transfer_options: dict | None = None, baseline: str = "probe", layers: bool = True,
-                  diagnose: bool = False, plan: dict | None = None) -> list[dict]:
+                  diagnose: bool = False, plan: dict | None = None,
+                  target_scores: tuple[float, float] | None = None) -> list[dict]:
     """Rows for one (setting, task, seed): the baseline, fine-tuned, every method x calibration at alpha=1 and searched.
 
     cal_pool : ``(inputs, labels)`` the calibration sets are drawn from (by ``seed``);
     loss : ``loss(model, batch)`` through each model's own frozen head;
     score : ``score(model, split)`` with ``split`` in ``{"val", "test"}`` -> accuracy;
     methods : registered short names; a method that does not apply to these shapes (``ValueError``
-        from ``ftlab.transfer``) is skipped and logged; ``naive`` needs no calibration and is run once;
+        from ``ftlab.transfer``) is skipped and logged; the methods of :data:`CALIBRATION_FREE` read no calibration
+        data and run once (TransFusion bound to both bases);
     transfer_options : :class:`~ftlab.transfer.TransferOptions` fields and method options for every method
         (method options a method does not take are dropped for it);
     baseline : the method name of the target base's own accuracy (``probe`` or ``zero_shot``);
-    plan : ``{calibration: methods}`` overriding ``methods`` x ``calibrations`` (:meth:`BenchmarkConfig.plan`).
+    plan : ``{calibration: methods}`` overriding ``methods`` x ``calibrations`` (:meth:`BenchmarkConfig.plan`);
+    target_scores : the test accuracies of ``target_base`` and ``target_ft`` when already known.
     """
-    from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, list_methods, split_options
-    from ftlab.transfer.align import RankWarning
+    from ftlab.transfer import TaskVector, TransferOptions, list_methods
     from ftlab.transfer.evaluate import search_alpha
 
     opts = dict(transfer_options or {})
     general = set(TransferOptions.field_names())
     own_fields = {i.name: {f.name for f in dataclasses.fields(i.options_type)} for i in list_methods()}
-    base_acc = score(target_base, "test")
+    base_acc, ft_acc = target_scores if target_scores is not None else (score(target_base, "test"),
+                                                                        score(target_ft, "test"))
     rows = [_record(setting, task, seed, baseline, "-", mode, math.nan, 0, base_acc) for mode in ("fixed", "searched")]
-    ft_acc = score(target_ft, "test")
     rows += [_record(setting, task, seed, "finetuned", "-", mode, math.nan, 0, ft_acc) for mode in ("fixed", "searched")]
     if plan is None:
         plan = {c: tuple(methods) for c in calibrations}
+    done_free: set[str] = set()
     first = next(iter(plan), "n100")
     for calibration, cal_methods in plan.items():
         batches = calibration_batches(cal_pool[0], cal_pool[1], kind=calibration, seed=seed, batch_size=cal_batch_size)
         n_cal = sum(len(b[1]) for b in batches)
         for method in cal_methods:
-            if method == "naive" and calibration != first:
+            free = method in CALIBRATION_FREE
+            if free and method in done_free:
                 continue
-            mine = {k: v for k, v in opts.items() if k in general or k in own_fields.get(method, set())}
+            done_free.add(method)
+            registered, extra = METHOD_VARIANTS.get(method, (method, {}))
+            mine = {k: v for k, v in opts.items() if k in general or k in own_fields.get(registered, set())}
+            mine.update(extra)
             want_layers = layers and method == "bico" and calibration == first
             if want_layers:
                 mine["diagnostics"] = True
             t0 = time.perf_counter()
-            try:
-                topts, m = split_options(method, mine)
-                with warnings.catch_warnings():  # rank deficits are expected at 100 rows; the layer rows record them
-                    warnings.simplefilter("ignore", RankWarning)
-                    res = fit_transfer(source_base, source_ft, target_base, batches, loss, method=m, options=topts)
-            except ValueError as exc:
-                log.info("%s/%s: method %s skipped: %s", setting, task, method, exc)
+            res = _fit(registered, mine, source_base, source_ft, target_base, batches, loss)
+            if res is None:
                 continue
             seconds = time.perf_counter() - t0
             tau = res.task_vector
-            cal = "-" if method == "naive" else calibration
-            ncal = 0 if method == "naive" else n_cal
+            cal, ncal = ("-", 0) if free else (calibration, n_cal)
             rows.append(_record(setting, task, seed, method, cal, "fixed", 1.0, ncal,
                                 score(tau.apply(target_base, 1.0), "test"), seconds))
 
@@ -432,15 +467,18 @@ def vision_point(task: str, seed: int, config: dict, pair: str = "") -> list[dic
             models[key] = (base, finetune(base, d.x_train, d.y_train, classes, config=cfg.vision_finetune, seed=seed))
         return models[key]
 
+    scores: dict = {}
     rows = []
     for name in ([pair] if pair else cfg.vision_pairs):
         p = PAIRS[name]
         (a, a_ft), (b, b_ft) = model(p.source), model(p.target)
+        if p.target not in scores:  # a target shared by two pairs is scored once
+            scores[p.target] = (score(b, "test"), score(b_ft, "test"))
         rows += evaluate_pair(setting=name, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
                               target_ft=b_ft, cal_pool=splits["train"], loss=loss, score=score, methods=cfg.methods,
                               plan=cfg.plan(task, name), alpha_grid=cfg.alpha_grid,
                               cal_batch_size=cfg.cal_batch_size, transfer_options={**cfg.transfer, **cfg.vision_transfer},
-                              diagnose=cfg.diagnose)
+                              diagnose=cfg.diagnose, target_scores=scores[p.target])
     return rows
 
 
@@ -579,7 +617,7 @@ def family_point(task: str, seed: int, config: dict, cache: str | None = None) -
         (a, a_ft), (b, b_ft) = base(src), base(tgt)
         rows += evaluate_pair(setting=setting, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
                               target_ft=b_ft, cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss),
-                              score=_scorer(splits, classes), methods=cfg.methods, plan=cfg.plan(task),
+                              score=_scorer(splits, classes), methods=cfg.methods, plan=cfg.family_plan(task),
                               alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
                               transfer_options=cfg.transfer, baseline="zero_shot", diagnose=cfg.diagnose)
     return rows

@@ -1,21 +1,23 @@
 """Summaries of a benchmark run: accuracy tables with intervals, the gap closed, per-layer alignment, figures.
 
-Input: the tidy records of :func:`ftlab.experiments.transfer_accuracy.run.run_benchmark`: ``record="accuracy"``
-rows (one per setting, task, seed, method, calibration, alpha_mode), ``record="layer"`` rows (BiCo's fit per
-target capture point) and ``record="estimate"`` rows (the diagnostic's estimate). Outputs:
+Input: the tidy records of :func:`ftlab.experiments.transfer_accuracy.run.run_benchmark`, or their compact form
+(:func:`compact_records`, the format of ``docs/transfer-benchmark-records.csv``): ``record="accuracy"`` rows (one
+per setting, task, seed, method, calibration, alpha_mode), ``record="estimate"`` rows (the diagnostic's estimate
+read off BiCo's fit) and ``record="layer_bin"`` rows (BiCo's per-layer alignment, summarised per fifth of the
+target's depth; the run's own ``record="layer"`` rows are binned on the fly). Outputs:
 
 * :func:`summary_table` -- mean, sample standard deviation and 95% Student-t interval over seeds
   (:func:`ftlab.experiments.verdicts.t_interval`) per (setting, task, method, calibration, alpha_mode), plus a
-  per-setting ``mean`` task (the average over tasks of each seed's accuracies); the format of
-  ``docs/transfer-benchmark.csv``;
+  per-setting ``mean`` task (the average over tasks of each seed's accuracies);
 * :func:`gap_closed` -- per seed, ``(acc - base) / (finetuned - base)`` on task-averaged accuracies (``base``: the
-  target's probe or zero-shot accuracy), then its mean and interval over seeds;
-* :func:`real_pairs_gap` -- the same averaged over the real pairs (per seed), the issue's headline number;
-* :func:`layer_table` -- per setting and relative-depth fifth of the target: median CKA of the two bases'
-  input activations and output gradients, beside the share of ``||tau_A||^2`` carried there;
-* :func:`estimate_ranking` -- Spearman's rank correlation between the diagnostic's estimate and the gap
-  actually closed, over (setting, task) cells, with a Fisher-z interval;
-* :func:`markdown_tables`, :func:`bar_chart`, :func:`dose_response_chart`.
+  target's probe or zero-shot accuracy; undefined for a run whose gap is below
+  :data:`~ftlab.experiments.transfer_accuracy.claims.MIN_RUN_GAP`), then its mean and interval over seeds;
+* :func:`real_pairs_gap` -- the same averaged over the real pairs, seed by seed;
+* :func:`layer_table` -- per setting and fifth of the target's depth: median CKA of the two bases' input
+  activations and output gradients, beside the share of ``||tau_A||^2`` carried there;
+* :func:`estimate_cells` / :func:`estimate_ranking` -- the diagnostic's estimate beside the gain BiCo delivered
+  per (setting, task, seed), and Spearman's rank correlation over (setting, task) cells;
+* :func:`markdown_tables`, :func:`gap_markdown`, :func:`family_figure`.
 """
 
 from __future__ import annotations
@@ -25,16 +27,17 @@ import math
 import numpy as np
 import pandas as pd
 
+from ftlab.experiments.transfer_accuracy.claims import BASELINES, MIN_RUN_GAP
 from ftlab.experiments.verdicts import correlation_interval, t_interval
 
-__all__ = ["BASELINES", "METHOD_ORDER", "accuracy_records", "bar_chart", "dose_response_chart", "estimate_ranking",
-           "gap_closed", "layer_table", "markdown_tables", "per_seed_gaps", "real_pairs_gap", "summary_table"]
+__all__ = ["BASELINES", "METHOD_ORDER", "accuracy_records", "compact_records", "estimate_cells", "estimate_ranking",
+           "family_figure", "gap_closed", "gap_markdown", "layer_table", "markdown_tables", "per_seed_gaps",
+           "real_pairs_gap", "summary_table"]
 
-METHOD_ORDER = ("probe", "zero_shot", "naive", "identity", "bico_input_only", "bico_output_only", "activation_only",
-                "gradient_only", "gradfix", "bico", "finetuned")
-#: The target base's own accuracy: a linear probe (real pairs) or the pretrained head (the ViT family).
-BASELINES = ("probe", "zero_shot")
+METHOD_ORDER = ("probe", "zero_shot", "naive", "identity", "transfusion", "gradfix", "bico_input_only",
+                "bico_output_only", "activation_only", "gradient_only", "bico", "finetuned")
 _KEYS = ["setting", "task", "method", "calibration", "alpha_mode"]
+_BINS = 5
 
 
 def accuracy_records(raw: pd.DataFrame) -> pd.DataFrame:
@@ -55,8 +58,8 @@ def _order(df: pd.DataFrame, task_col: bool = True) -> pd.DataFrame:
 
 
 def _expand_shared(acc: pd.DataFrame) -> pd.DataFrame:
-    """Rows that do not depend on the calibration (baselines, fine-tuned, naive: ``calibration == "-"``) copied
-    into every calibration set of their setting, so each calibration's table is complete."""
+    """Rows that do not depend on the calibration (baselines, fine-tuned, naive, TransFusion: ``calibration ==
+    "-"``) copied into every calibration set of their setting, so each calibration's table is complete."""
     cals = sorted(set(acc["calibration"]) - {"-"}) or ["-"]
     shared = acc[acc["calibration"] == "-"]
     own = acc[acc["calibration"] != "-"]
@@ -81,7 +84,8 @@ def summary_table(raw: pd.DataFrame) -> pd.DataFrame:
 
 def per_seed_gaps(raw: pd.DataFrame) -> pd.DataFrame:
     """Per (setting, calibration, alpha_mode, method, seed): task-averaged accuracy, the base and fine-tuned
-    accuracies and the gap closed ``(acc - base) / (finetuned - base)`` (nan when fine-tuning does not beat the base)."""
+    accuracies and the gap closed ``(acc - base) / (finetuned - base)`` (nan when fine-tuning beats the base by less
+    than :data:`~ftlab.experiments.transfer_accuracy.claims.MIN_RUN_GAP`)."""
     acc = _expand_shared(accuracy_records(raw))
     avg = acc.groupby(["setting", "calibration", "alpha_mode", "method", "seed"], as_index=False)["accuracy"].mean()
     rows = []
@@ -94,7 +98,7 @@ def per_seed_gaps(raw: pd.DataFrame) -> pd.DataFrame:
         for m, v in a.items():
             rows.append({"setting": setting, "calibration": cal, "alpha_mode": mode, "method": m, "seed": seed,
                          "accuracy": v, "base": base, "finetuned": ft,
-                         "gap_closed": (v - base) / (ft - base) if ft > base else math.nan})
+                         "gap_closed": (v - base) / (ft - base) if ft - base >= MIN_RUN_GAP else math.nan})
     return pd.DataFrame(rows)
 
 
@@ -108,82 +112,132 @@ def _interval_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+_GAP_COLUMNS = ["setting", "calibration", "alpha_mode", "method", "accuracy_mean", "gain", "gap_closed", "gap_low",
+                "gap_high", "seeds"]
+
+
 def gap_closed(raw: pd.DataFrame) -> pd.DataFrame:
     """Per setting, calibration, alpha_mode and method: mean task-averaged accuracy, mean gain over the base, and
     the gap closed (mean over seeds of the per-seed gap, with its 95% t-interval)."""
     g = per_seed_gaps(raw)
     if not len(g):
-        return pd.DataFrame(columns=["setting", "calibration", "alpha_mode", "method", "accuracy_mean", "gain",
-                                     "gap_closed", "gap_low", "gap_high", "seeds"])
+        return pd.DataFrame(columns=_GAP_COLUMNS)
     return _order(_interval_rows(g, ["setting", "calibration", "alpha_mode", "method"]), task_col=False)
 
 
 def real_pairs_gap(raw: pd.DataFrame, settings) -> pd.DataFrame:
     """The gap closed averaged over ``settings`` (the real pairs) seed by seed, then its mean and interval."""
     g = per_seed_gaps(raw)
+    if not len(g):
+        return pd.DataFrame(columns=_GAP_COLUMNS)
     g = g[g["setting"].isin(list(settings))]
     if not len(g):
-        return pd.DataFrame()
+        return pd.DataFrame(columns=_GAP_COLUMNS)
     per = g.groupby(["calibration", "alpha_mode", "method", "seed"], as_index=False)[
         ["gap_closed", "accuracy", "base"]].mean()
     per["setting"] = "real pairs"
     return _order(_interval_rows(per, ["setting", "calibration", "alpha_mode", "method"]), task_col=False)
 
 
-def layer_table(raw: pd.DataFrame, *, bins: int = 5) -> pd.DataFrame:
-    """Per setting and relative-depth bin of the target's capture points: median CKA of the inputs and of the
-    output gradients, median output-gradient Procrustes similarity, and the mean share of ``||tau_A||^2``."""
+# ------------------------------------------------------------------------------------ layers, estimates
+def _layer_bins(raw: pd.DataFrame) -> pd.DataFrame:
+    """``record == "layer_bin"`` rows; computed from ``record == "layer"`` rows when the records are the run's own."""
     if "record" not in raw.columns:
         return pd.DataFrame()
+    have = raw[raw["record"] == "layer_bin"]
+    if len(have):
+        return have.dropna(axis=1, how="all")
     lay = raw[raw["record"] == "layer"].copy()
     if not len(lay):
         return pd.DataFrame()
     n = lay.groupby(["setting", "task", "seed"])["order"].transform("max").clip(lower=1)
-    lay["bin"] = np.minimum((lay["order"] / n * bins).astype(int), bins - 1)
-    share = lay.groupby(["setting", "task", "seed", "bin"])["tau_share"].sum().groupby(["setting", "bin"]).mean()
-    agg = lay.groupby(["setting", "bin"]).agg(in_cka=("in_cka", "median"), out_cka=("out_cka", "median"),
-                                              out_similarity=("out_similarity", "median")
-                                              if "out_similarity" in lay else ("out_cka", "median"),
-                                              layers=("point", "nunique"))
-    agg["tau_share"] = share
-    agg = agg.reset_index()
-    agg["depth"] = agg["bin"].map(lambda b: f"{b / bins:.1f}–{(b + 1) / bins:.1f}")
+    lay["bin"] = np.minimum((lay["order"] / n * _BINS).astype(int), _BINS - 1)
+    if "out_similarity" not in lay:
+        lay["out_similarity"] = math.nan
+    out = lay.groupby(["setting", "task", "seed", "calibration", "bin"], as_index=False).agg(
+        in_cka=("in_cka", "median"), out_cka=("out_cka", "median"), out_similarity=("out_similarity", "median"),
+        tau_share=("tau_share", "sum"), layers=("point", "nunique"))
+    return out.assign(record="layer_bin")
+
+
+def layer_table(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and fifth of the target's depth: medians over tasks and seeds of the per-bin median CKA of the
+    inputs and of the output gradients and of the output-gradient Procrustes similarity; the mean share of
+    ``||tau_A||^2`` in the bin; the number of layers."""
+    lb = _layer_bins(raw)
+    if not len(lb):
+        return pd.DataFrame()
+    agg = lb.groupby(["setting", "bin"], sort=False).agg(
+        in_cka=("in_cka", "median"), out_cka=("out_cka", "median"), out_similarity=("out_similarity", "median"),
+        tau_share=("tau_share", "mean"), layers=("layers", "max")).reset_index()
+    agg["depth"] = agg["bin"].map(lambda b: f"{b / _BINS:.1f}–{(b + 1) / _BINS:.1f}")
     return agg
 
 
-def estimate_ranking(raw: pd.DataFrame, *, calibration: str = "n100", alpha_mode: str = "fixed",
-                     method: str = "bico") -> dict:
-    """Spearman correlation between the diagnostic's estimate and BiCo's gap closed over (setting, task) cells
-    (seed-averaged), with Fisher's z interval; ``{}`` when the run holds no estimates."""
+def estimate_cells(raw: pd.DataFrame, *, calibration: str = "n100", method: str = "bico") -> pd.DataFrame:
+    """Per (setting, task, seed): the diagnostic's ``estimate``, BiCo's accuracy at alpha = 1, the target's base and
+    fine-tuned accuracy, ``gain`` (BiCo minus base) and ``below`` (BiCo below the base)."""
+    if "record" not in raw.columns or not (raw["record"] == "estimate").any():
+        return pd.DataFrame()
+    est = raw[(raw["record"] == "estimate") & (raw["calibration"] == calibration)]
+    est = est.groupby(["setting", "task", "seed"])["estimate"].mean()
+    acc = accuracy_records(raw)
+    acc = acc[acc["alpha_mode"] == "fixed"]
+    a = acc[(acc["method"] == method) & (acc["calibration"] == calibration)].groupby(
+        ["setting", "task", "seed"])["accuracy"].mean()
+    base = acc[acc["method"].isin(BASELINES)].groupby(["setting", "task", "seed"])["accuracy"].mean()
+    ft = acc[acc["method"] == "finetuned"].groupby(["setting", "task", "seed"])["accuracy"].mean()
+    cells = pd.concat([est.rename("estimate"), a.rename("accuracy"), base.rename("base"), ft.rename("finetuned")],
+                      axis=1).dropna().reset_index()
+    cells["gain"] = cells["accuracy"] - cells["base"]
+    cells["below"] = cells["gain"] < 0
+    return cells
+
+
+def estimate_ranking(raw: pd.DataFrame, *, calibration: str = "n100", method: str = "bico") -> dict:
+    """Spearman correlation between the diagnostic's estimate and the gain BiCo delivered at alpha = 1 over
+    (setting, task) cells (seed-averaged), with Fisher's z interval; ``{}`` when the run holds no estimates."""
     from scipy.stats import spearmanr
 
-    if "record" not in raw.columns or not (raw["record"] == "estimate").any():
+    cells = estimate_cells(raw, calibration=calibration, method=method)
+    if not len(cells):
         return {}
-    est = raw[(raw["record"] == "estimate") & (raw["calibration"] == calibration)]
-    est = est.groupby(["setting", "task"])["estimate"].mean()
-    acc = _expand_shared(accuracy_records(raw))
-    acc = acc[(acc["calibration"] == calibration) & (acc["alpha_mode"] == alpha_mode)]
-    cell = acc.groupby(["setting", "task", "method"])["accuracy"].mean().unstack("method")
-    base = cell[[b for b in BASELINES if b in cell.columns]].bfill(axis=1).iloc[:, 0]
-    gap = (cell[method] - base) / (cell["finetuned"] - base)
-    both = pd.concat([est.rename("estimate"), gap.rename("gap")], axis=1).dropna()
-    if len(both) < 3:
+    both = cells.groupby(["setting", "task"])[["estimate", "gain"]].mean()
+    if len(both) < 3 or np.ptp(both["estimate"]) == 0 or np.ptp(both["gain"]) == 0:
         return {"n": len(both)}
-    rho = float(spearmanr(both["estimate"], both["gap"]).statistic)
+    rho = float(spearmanr(both["estimate"], both["gain"]).statistic)
     p, lo, hi = correlation_interval(rho, len(both))
     return {"rho": rho, "low": lo, "high": hi, "p": p, "n": len(both), "cells": both.reset_index()}
 
 
+def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
+    """The records a recorded run keeps under docs/: accuracy and estimate rows with the columns the summaries read,
+    and the per-layer rows binned into fifths of the target's depth (``record="layer_bin"``)."""
+    acc = accuracy_records(raw)[["setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha",
+                                 "accuracy"]].assign(record="accuracy")
+    parts = [acc]
+    if "record" in raw.columns and (raw["record"] == "estimate").any():
+        est = raw[raw["record"] == "estimate"][["setting", "task", "seed", "calibration", "estimate"]]
+        parts.append(est.assign(record="estimate"))
+    lb = _layer_bins(raw)
+    if len(lb):
+        parts.append(lb[["setting", "task", "seed", "calibration", "bin", "in_cka", "out_cka", "out_similarity",
+                         "tau_share", "layers"]].assign(record="layer_bin"))
+    out = pd.concat(parts, ignore_index=True)
+    cols = ["record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha", "accuracy",
+            "estimate", "bin", "in_cka", "out_cka", "out_similarity", "tau_share", "layers"]
+    return out.reindex(columns=cols)
+
+
+# ---------------------------------------------------------------------------------------- markdown
 def _pm(m: float, lo: float, hi: float) -> str:
     if not np.isfinite(lo):
         return f"{100 * m:.1f}"
     return f"{100 * m:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
-def markdown_tables(table: pd.DataFrame, gaps: pd.DataFrame, *, settings=None, calibrations=None,
-                    modes=("fixed", "searched")) -> str:
-    """Per setting, calibration and alpha mode a task x method table (accuracy %, mean [95% interval]); then
-    the gap-closed table."""
+def markdown_tables(table: pd.DataFrame, *, settings=None, calibrations=None, modes=("fixed", "searched")) -> str:
+    """Per setting, calibration and alpha mode a task x method table (accuracy %, mean [95% interval])."""
     parts = []
     settings = list(dict.fromkeys(table["setting"])) if settings is None else list(settings)
     for setting in settings:
@@ -200,7 +254,7 @@ def markdown_tables(table: pd.DataFrame, gaps: pd.DataFrame, *, settings=None, c
                 head = (f"**{setting}**, calibration {cal}, α {'= 1' if mode == 'fixed' else 'searched on validation'} "
                         f"(accuracy %, mean [95% t-interval] over {seeds} seeds)\n\n")
                 lines = ["| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
-                for t in tasks:
+                for t in tasks if len(tasks) > 2 else tasks[:1]:
                     cells = []
                     for m in methods:
                         r = sub[(sub["task"] == t) & (sub["method"] == m)]
@@ -208,8 +262,6 @@ def markdown_tables(table: pd.DataFrame, gaps: pd.DataFrame, *, settings=None, c
                                      if len(r) else "–")
                     lines.append(f"| {t} | " + " | ".join(cells) + " |")
                 parts.append(head + "\n".join(lines))
-    if len(gaps):
-        parts.append(gap_markdown(gaps))
     return "\n\n".join(parts) + "\n"
 
 
@@ -225,64 +277,76 @@ def gap_markdown(gaps: pd.DataFrame) -> str:
                 cells.append("–")
                 continue
             r = gg.loc[m]
-            iv = f" [{100 * r.gap_low:.0f}, {100 * r.gap_high:.0f}]" if np.isfinite(r.gap_low) else ""
+            iv = f" [{100 * r.gap_low:.0f}%, {100 * r.gap_high:.0f}%]" if np.isfinite(r.gap_low) else ""
             cells.append(f"{100 * r.gap_closed:.0f}%{iv}")
         lines.append(f"| {setting} | {cal} | {'= 1' if mode == 'fixed' else 'searched'} | " + " | ".join(cells) + " |")
-    return ("**Share of the gap closed**, `(acc − base) / (fine-tuned − base)` on task-averaged accuracies, per seed; "
-            "mean [95% t-interval] over seeds (base: the target's linear probe, or zero-shot head for the ViT family)"
-            "\n\n" + "\n".join(lines))
+    return "\n".join(lines)
 
 
-def bar_chart(gaps: pd.DataFrame, path, *, calibration: str = "n100", alpha_mode: str = "fixed", settings=None,
-              title: str = "Share of the probe → fine-tuned gap closed"):
-    """Grouped bars: per setting, the gap closed by every method (mean with its 95% interval)."""
+# ------------------------------------------------------------------------------------------ figure
+_STYLE: dict[str, dict] = {"fixed": {"marker": "o"}, "searched": {"marker": "s", "mfc": "white"}}
+
+
+def _method_points(table: pd.DataFrame, setting: str) -> list[tuple[str, dict]]:
+    """``[(label, {alpha_mode: (mean, low, high)})]`` for every method x calibration of one setting (task mean)."""
+    t = table[(table["setting"] == setting) & (table["task"] == "mean")]
+    out = []
+    for m in METHOD_ORDER:
+        if m in (*BASELINES, "finetuned"):
+            continue
+        sub = t[t["method"] == m]
+        for cal in dict.fromkeys(sub["calibration"]):
+            if m in ("naive", "transfusion") and cal != sorted(set(sub["calibration"]))[-1]:
+                continue  # calibration-free: shown once
+            r = sub[sub["calibration"] == cal].set_index("alpha_mode")
+            label = m if m in ("naive", "transfusion") else f"{m} ({cal})"
+            out.append((label, {mode: (r.loc[mode, "accuracy_mean"], r.loc[mode, "ci_low"], r.loc[mode, "ci_high"])
+                                for mode in ("fixed", "searched") if mode in r.index}))
+    return out
+
+
+def family_figure(table: pd.DataFrame, settings, path, *, title: str):
+    """One figure for a family of pairs: per setting a panel with the target's own accuracy and its direct
+    fine-tuning as bands (mean and 95% interval over seeds) and every method at alpha = 1 (filled) and with alpha
+    searched on validation (open), mean with its 95% t-interval; accuracies averaged over the tasks (%)."""
     from ftlab.core.plotting import new_figure, save_figure
 
-    g = gaps[(gaps["calibration"] == calibration) & (gaps["alpha_mode"] == alpha_mode)]
-    settings = list(dict.fromkeys(g["setting"])) if settings is None else [s for s in settings if s in set(g["setting"])]
-    methods = [m for m in METHOD_ORDER if m in set(g["method"]) and m not in (*BASELINES, "finetuned")]
-    fig, ax = new_figure(1, 1, size=(max(6.0, 1.3 * len(settings) * max(1, len(methods)) / 3), 3.6))
-    width = 0.8 / max(1, len(methods))
-    for i, m in enumerate(methods):
-        vals, lo, hi = [], [], []
-        for s in settings:
-            r = g[(g["setting"] == s) & (g["method"] == m)]
-            v = float(r["gap_closed"].iloc[0]) if len(r) else np.nan
-            vals.append(v)
-            lo.append(v - float(r["gap_low"].iloc[0]) if len(r) and np.isfinite(r["gap_low"].iloc[0]) else 0.0)
-            hi.append(float(r["gap_high"].iloc[0]) - v if len(r) and np.isfinite(r["gap_high"].iloc[0]) else 0.0)
-        ax.bar(np.arange(len(settings)) + (i - (len(methods) - 1) / 2) * width, vals, width, yerr=[lo, hi], label=m,
-               capsize=2)
-    ax.axhline(0, color="k", lw=0.6)
-    ax.axhline(1, color="k", lw=0.6, ls=":")
-    ax.axhline(0.5, color="0.5", lw=0.6, ls="--")
-    ax.set_xticks(np.arange(len(settings)))
-    ax.set_xticklabels(settings, fontsize=7)
-    ax.set_ylabel("share of the gap closed (0 = base, 1 = fine-tuned)")
-    ax.set_title(f"{title}, α {'= 1' if alpha_mode == 'fixed' else 'searched'}, calibration {calibration}", fontsize=9)
-    ax.legend(fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
-    return save_figure(fig, path)
+    settings = [s for s in settings if s in set(table["setting"])]
+    if not settings:
+        raise ValueError(f"no setting of {title!r} in the table")
+    fig, axes = new_figure(1, len(settings), size=(3.6 * len(settings) + 0.6, 4.6), squeeze=False)
+    for ax, s in zip(axes[0], settings):
+        t = table[(table["setting"] == s) & (table["task"] == "mean") & (table["alpha_mode"] == "fixed")]
+        for m, color in (("base", "0.45"), ("finetuned", "tab:green")):
+            r = t[t["method"].isin(BASELINES)] if m == "base" else t[t["method"] == m]
+            if not len(r):
+                continue
+            mean, lo, hi = (100 * float(r[c].iloc[0]) for c in ("accuracy_mean", "ci_low", "ci_high"))
+            label = ("target's own accuracy (probe / zero-shot)" if m == "base" else "direct fine-tuning")
+            ax.axhline(mean, color=color, lw=1.2, label=label)
+            if np.isfinite(lo):
+                ax.axhspan(lo, hi, color=color, alpha=0.18, lw=0)
+        pts = _method_points(table, s)
+        for i, (_label, modes) in enumerate(pts):
+            for j, mode in enumerate(("fixed", "searched")):
+                if mode not in modes:
+                    continue
+                mean, lo, hi = (100 * v for v in modes[mode])
+                err = [[mean - lo], [hi - mean]] if np.isfinite(lo) else None
+                ax.errorbar(i + (j - 0.5) * 0.3, mean, yerr=err, color=f"C{i}", capsize=2, ms=5, lw=1,
+                            ls="none", **_STYLE[mode])
+        ax.set_xticks(range(len(pts)))
+        ax.set_xticklabels([p[0] for p in pts], rotation=60, ha="right", fontsize=7)
+        ax.set_xlim(-0.7, len(pts) - 0.3)
+        ax.set_title(s, fontsize=9)
+        ax.set_ylabel("test accuracy (%), mean over seeds with 95% interval", fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+    from matplotlib.lines import Line2D
 
-
-def dose_response_chart(gaps: pd.DataFrame, path, order, *, calibration: str = "n100", alpha_mode: str = "fixed"):
-    """The ViT family's relatedness axis: gap closed per method against how related the target is."""
-    from ftlab.core.plotting import new_figure, save_figure
-
-    g = gaps[(gaps["calibration"] == calibration) & (gaps["alpha_mode"] == alpha_mode)]
-    settings = [s for s in order if s in set(g["setting"])]
-    methods = [m for m in METHOD_ORDER if m in set(g["method"]) and m not in (*BASELINES, "finetuned")]
-    fig, ax = new_figure(1, 1, size=(6.0, 3.4))
-    x = np.arange(len(settings))
-    for m in methods:
-        r = g[g["method"] == m].set_index("setting").reindex(settings)
-        ax.errorbar(x, r["gap_closed"], yerr=[r["gap_closed"] - r["gap_low"], r["gap_high"] - r["gap_closed"]],
-                    marker="o", ms=3, lw=1, capsize=2, label=m)
-    ax.axhline(0, color="k", lw=0.6)
-    ax.axhline(1, color="k", lw=0.6, ls=":")
-    ax.set_xticks(x)
-    ax.set_xticklabels(settings, fontsize=7)
-    ax.set_xlabel("target: most related → least related to the source")
-    ax.set_ylabel("share of the gap closed")
-    ax.set_title(f"Controlled ViTs, α {'= 1' if alpha_mode == 'fixed' else 'searched'}", fontsize=9)
-    ax.legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles += [Line2D([], [], color="k", marker="o", ls="none"), Line2D([], [], color="k", marker="s", mfc="white",
+                                                                          ls="none")]
+    labels += ["α = 1", "α searched on validation"]
+    axes[0][0].legend(handles, labels, loc="lower left", fontsize=6, framealpha=0.8)
+    fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)

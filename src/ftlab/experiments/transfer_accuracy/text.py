@@ -3,7 +3,8 @@
 Tasks (:data:`TEXT_TASKS`; WordNet 3.0 from the Debian package ``wordnet-base``):
 
 * ``wordnet_nouns`` -- noun gloss -> supersense (lexicographer file), the 8 most frequent of 26;
-* ``wordnet_verbs`` -- verb gloss -> verb supersense, the 8 most frequent of 15.
+* ``wordnet_verbs`` -- verb gloss -> verb supersense, the 8 most frequent of 15;
+* ``wordnet_nouns_all`` / ``wordnet_verbs_all`` -- the same over every supersense (26 noun, 15 verb classes).
 
 Glosses are tokenized once with all-MiniLM-L6-v2's (BERT uncased WordPiece) tokenizer; an encoder
 written as an ``MPNetModel`` (all-mpnet-base-v2, or MiniLM-L6 converted by
@@ -40,6 +41,8 @@ class TextTask:
 TEXT_TASKS: dict[str, TextTask] = {t.name: t for t in (
     TextTask("wordnet_nouns", "noun", 8, "WordNet noun gloss → supersense (8 most frequent of 26)"),
     TextTask("wordnet_verbs", "verb", 8, "WordNet verb gloss → supersense (8 most frequent of 15)"),
+    TextTask("wordnet_nouns_all", "noun", 26, "WordNet noun gloss → supersense (all 26)"),
+    TextTask("wordnet_verbs_all", "verb", 15, "WordNet verb gloss → supersense (all 15)"),
 )}
 
 

@@ -1,0 +1,142 @@
+"""Everything the benchmark reports, computed from its per-seed records alone (no training).
+
+A run's records (:func:`~ftlab.experiments.transfer_accuracy.run.run_benchmark`) are kept compactly under docs/
+(:func:`write_records`, ``docs/transfer-benchmark-records.csv``: one row per setting, task, seed, method,
+calibration and alpha mode, the diagnostic's estimates and the per-layer alignment binned by depth).
+:func:`summarize` turns records into every table, verdict and diagnostic-rule check the report and
+docs/transfer-benchmark.md show; ``python benchmarks/bench_transfer_benchmark.py --from-records
+docs/transfer-benchmark-records.csv`` regenerates the page's tables and figures from the committed records.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ftlab.experiments.transfer_accuracy.claims import (
+    PRIMARIES,
+    REAL_TEXT,
+    REAL_VISION,
+    Claim,
+    ftlab_findings,
+    judge,
+    premise_table,
+)
+
+__all__ = ["BenchmarkSummary", "REQUIRED", "read_records", "rule_check", "summarize", "write_records"]
+
+#: Columns every record file must hold (others are optional).
+REQUIRED = ("record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "accuracy")
+#: The controlled ViT settings, most related first (the wider one last).
+FAMILY_ORDER = ("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining", "width", "depth")
+#: Settings whose cells set the diagnostic rule's threshold; the others are kept apart to judge it.
+RULE_DESIGN = ("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining", "width", "depth")
+
+
+def write_records(raw: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Write the compact records of a run (:func:`~ftlab.experiments.transfer_accuracy.table.compact_records`)."""
+    from ftlab.core.results import atomic_write_text
+    from ftlab.experiments.transfer_accuracy.table import compact_records
+
+    atomic_write_text(path, compact_records(raw).to_csv(index=False, float_format="%.5g"))
+
+
+def read_records(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a record file; a missing column or a non-numeric accuracy is a ``ValueError`` naming the file."""
+    df = pd.read_csv(path, keep_default_na=True)
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"{os.fspath(path)}: column {missing[0]!r} is missing (need {', '.join(REQUIRED)})")
+    acc = df[df["record"] == "accuracy"]
+    bad = pd.to_numeric(acc["accuracy"], errors="coerce").isna()
+    if bad.any():
+        raise ValueError(f"{os.fspath(path)}: accuracy on line {int(bad.idxmax()) + 2} is not a number")
+    df["seed"] = df["seed"].astype(int)
+    for c in ("calibration", "method", "alpha_mode", "task", "setting"):
+        df[c] = df[c].fillna("-" if c == "calibration" else "").astype(str)
+    return df
+
+
+@dataclass(frozen=True)
+class BenchmarkSummary:
+    """Every table and verdict of one run (:func:`summarize`).
+
+    ``table``: accuracies with intervals; ``gaps``: share of the gap closed per (setting, method, calibration,
+    alpha mode); ``premise``: per setting the base, fine-tuned accuracy and the gap; ``vision`` / ``text`` /
+    ``family``: the settings present, in order; ``headline``: the gap averaged over the real pairs;
+    ``layers``: per-layer alignment; ``primaries`` / ``findings``: ``(claim, judgement, per-seed matrix)``;
+    ``rule``: the diagnostic rule's check (:func:`rule_check`); ``ranking``: the estimate's rank correlation.
+    """
+
+    table: pd.DataFrame
+    gaps: pd.DataFrame
+    premise: pd.DataFrame
+    vision: list[str]
+    text: list[str]
+    family: list[str]
+    headline: pd.DataFrame
+    layers: pd.DataFrame
+    primaries: list = field(default_factory=list)
+    findings: list = field(default_factory=list)
+    rule: dict = field(default_factory=dict)
+    ranking: dict = field(default_factory=dict)
+
+    @property
+    def real(self) -> list[str]:
+        return [*self.vision, *self.text]
+
+
+def rule_check(cells: pd.DataFrame, *, design=RULE_DESIGN) -> dict:
+    """The diagnostic rule on recorded cells (one per setting, task, seed): the threshold that misclassifies the
+    fewest cells of the ``design`` settings (:func:`ftlab.transfer.diagnose.fit_threshold`), then how often it
+    predicts "below the target's own accuracy" correctly on the design cells and on the cells kept apart, and with
+    the library's threshold (:data:`ftlab.transfer.diagnose.BELOW_TARGET_ESTIMATE`)."""
+    from ftlab.transfer.diagnose import BELOW_TARGET_ESTIMATE, fit_threshold
+
+    if not len(cells):
+        return {}
+    d = cells[cells["setting"].isin(list(design))]
+    h = cells[~cells["setting"].isin(list(design))]
+    fitted, _ = fit_threshold(d["estimate"], d["below"]) if len(d) else (math.nan, 0)
+
+    def score(df: pd.DataFrame, t: float) -> dict:
+        if not len(df) or not math.isfinite(t):
+            return {"cells": len(df)}
+        pred = df["estimate"] < t
+        truth = df["below"].astype(bool)
+        return {"cells": len(df), "below": int(truth.sum()), "warned": int(pred.sum()),
+                "hits": int((pred & truth).sum()), "false_alarms": int((pred & ~truth).sum()),
+                "misses": int((~pred & truth).sum()), "error_rate": float((pred != truth).mean())}
+
+    return {"fitted": fitted, "library": BELOW_TARGET_ESTIMATE, "design": score(d, fitted),
+            "held_out": score(h, fitted), "held_out_library": score(h, BELOW_TARGET_ESTIMATE),
+            "all_library": score(cells, BELOW_TARGET_ESTIMATE),
+            "per_setting": cells.groupby("setting", sort=False).agg(
+                estimate=("estimate", "mean"), gain=("gain", "mean"), below=("below", "mean"),
+                cells=("gain", "size")).reset_index()}
+
+
+def summarize(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES) -> BenchmarkSummary:
+    """Tables, premise, verdicts and the diagnostic rule's check of one run's records, computed once for every
+    reader (the report section, the docs page, the tests)."""
+    from ftlab.experiments.transfer_accuracy.table import (
+        estimate_cells,
+        estimate_ranking,
+        gap_closed,
+        layer_table,
+        real_pairs_gap,
+        summary_table,
+    )
+
+    table = summary_table(raw)
+    present = list(dict.fromkeys(table["setting"]))
+    vision = [s for s in REAL_VISION if s in present]
+    text = [s for s in REAL_TEXT if s in present]
+    family = [s for s in FAMILY_ORDER if s in present]
+    return BenchmarkSummary(table=table, gaps=gap_closed(raw), premise=premise_table(raw), vision=vision, text=text,
+                            family=family, headline=real_pairs_gap(raw, [*vision, *text]), layers=layer_table(raw),
+                            primaries=judge(raw, primaries), findings=judge(raw, ftlab_findings(raw)),
+                            rule=rule_check(estimate_cells(raw)), ranking=estimate_ranking(raw))
