@@ -138,3 +138,23 @@ def test_a_malformed_record_file_is_refused_naming_it(tmp_path):
     bad.write_text("\n".join(text) + "\n")
     with pytest.raises(ValueError, match="accuracy on line 2 is not a number"):
         read_records(bad)
+
+
+def test_verdict_table_and_render_put_the_primaries_first():
+    from ftlab.experiments.transfer_accuracy.records import summarize
+    from ftlab.report.transfer import render, verdict_table
+
+    sm = summarize(planted(_acc))
+    text = verdict_table(sm.primaries, primaries=True)
+    row = next(x for x in text.splitlines() if "ViT-B/16-plus, 100 calibration samples: BiCo +18.88" in x)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "the paper (arXiv 2605.28444)" and cells[3].startswith("+15.") and cells[3].endswith(" pts")
+    assert cells[-1] == "**reproduced**" and cells[5] == "10"
+    md = render(sm, figures={"vision": "figures/transfer-vision.png"})
+    assert md.index("### Primary tests") < md.index("### Premise") < md.index("### Per pair")
+    assert "![vision](figures/transfer-vision.png)" in md and "issue" not in md.lower()
+    per_pair = md[md.index("### Per pair"):]
+    line = next(x for x in per_pair.splitlines() if x.startswith("| lite0->lite1 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:4] == ["lite0->lite1", "60.0%", "80.0%", "= 1"]
+    assert cells[-1].startswith("75% [")  # BiCo closes 75% of the planted gap

@@ -152,6 +152,9 @@ def _per_seed(acc: pd.DataFrame, c: Claim) -> pd.Series:
         return _gap_closed(acc, c.a, c.calibration, c.alpha_mode) - c.threshold
     if c.kind == "dose":
         g = _gap_closed(acc, c.a, c.calibration, c.alpha_mode)
+        have = set(g.index.get_level_values("setting"))
+        if c.settings[0] not in have or c.settings[-1] not in have:
+            return pd.Series(dtype=float)
         first, last = g.xs(c.settings[0], level="setting"), g.xs(c.settings[-1], level="setting")
         d = (first - last).dropna()
         return pd.Series(d.to_numpy(), index=pd.MultiIndex.from_product([[c.settings[0]], d.index],

@@ -21,12 +21,16 @@ from ftlab.experiments.transfer_accuracy.claims import (
     REAL_TEXT,
     REAL_VISION,
     Claim,
+    claim_matrix,
     ftlab_findings,
     judge,
     premise_table,
 )
+from ftlab.experiments.verdicts import MIN_SEEDS as MIN_SEEDS_FOR_POWER
+from ftlab.experiments.verdicts import pool_strata
 
-__all__ = ["BenchmarkSummary", "REQUIRED", "read_records", "rule_check", "summarize", "write_records"]
+__all__ = ["BenchmarkSummary", "POWER_EFFECT", "REQUIRED", "gap_halfwidth", "power_plan", "read_records", "rule_check",
+           "summarize", "write_records"]
 
 #: Columns every record file must hold (others are optional).
 REQUIRED = ("record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "accuracy")
@@ -140,3 +144,53 @@ def summarize(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES) ->
                             family=family, headline=real_pairs_gap(raw, [*vision, *text]), layers=layer_table(raw),
                             primaries=judge(raw, primaries), findings=judge(raw, ftlab_findings(raw)),
                             rule=rule_check(estimate_cells(raw)), ranking=estimate_ranking(raw))
+
+
+#: The effect every primary is powered for (accuracy, 3 points) and the power asked.
+POWER_EFFECT = 0.03
+POWER_TARGET = 0.80
+
+
+def power_plan(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES, effect: float = POWER_EFFECT,
+               target: float = POWER_TARGET, alpha: float = 0.05) -> pd.DataFrame:
+    """Seeds by power from a pilot's records: per primary, the per-seed standard deviation of its pooled effect
+    (``sd``; for a gap claim, in shares of the gap) over the pilot's seeds, and the seeds the paired test needs for
+    ``target`` power against ``effect`` (3 points; for a gap claim, 0.15 of the gap) at the Bonferroni level
+    ``alpha / m`` over the ``m`` primaries (:func:`ftlab.experiments.verdicts.seeds_for_power`, a lower bound on
+    Holm's power). Also the projected half-width of the 95% interval of the gap closed per pair at those seeds."""
+    import numpy as np
+
+    from ftlab.experiments.verdicts import seeds_for_power
+
+    m = len(primaries)
+    rows = []
+    for c in primaries:
+        mat = claim_matrix(raw, c)
+        if not len(mat):
+            continue
+        vals = pool_strata(mat.to_numpy(dtype=float))
+        sd = float(np.std(vals, ddof=1)) if vals.size > 1 else math.nan
+        eff = 5 * effect if c.kind == "gap" else effect
+        n = seeds_for_power(eff, sd, alpha=alpha, m=m, target=target) if sd > 0 else MIN_SEEDS_FOR_POWER
+        rows.append({"claim": c.key, "pilot_seeds": int(vals.size), "mean": float(np.mean(vals)), "sd": sd,
+                     "effect": eff, "seeds_needed": int(n)})
+    return pd.DataFrame(rows)
+
+
+def gap_halfwidth(raw: pd.DataFrame, n: int, *, method: str = "bico") -> pd.DataFrame:
+    """Per real pair: the pilot's per-seed standard deviation of the gap closed by ``method`` (100 samples, alpha =
+    1) and the half-width of the 95% t-interval it projects at ``n`` seeds."""
+    import numpy as np
+    from scipy import stats as sps
+
+    from ftlab.experiments.transfer_accuracy.table import per_seed_gaps
+
+    g = per_seed_gaps(raw)
+    if not len(g):
+        return pd.DataFrame()
+    g = g[(g["method"] == method) & (g["calibration"] == "n100") & (g["alpha_mode"] == "fixed")]
+    out = []
+    for s, gg in g.groupby("setting", sort=False):
+        sd = float(np.nanstd(gg["gap_closed"].to_numpy(dtype=float), ddof=1))
+        out.append({"setting": s, "sd": sd, "seeds": n, "halfwidth": float(sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n))})
+    return pd.DataFrame(out)

@@ -17,7 +17,7 @@ target's depth; the run's own ``record="layer"`` rows are binned on the fly). Ou
   activations and output gradients, beside the share of ``||tau_A||^2`` carried there;
 * :func:`estimate_cells` / :func:`estimate_ranking` -- the diagnostic's estimate beside the gain BiCo delivered
   per (setting, task, seed), and Spearman's rank correlation over (setting, task) cells;
-* :func:`markdown_tables`, :func:`gap_markdown`, :func:`family_figure`.
+* :func:`family_figure` -- one figure per family of pairs.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from ftlab.experiments.transfer_accuracy.claims import BASELINES, MIN_RUN_GAP
 from ftlab.experiments.verdicts import correlation_interval, t_interval
 
 __all__ = ["BASELINES", "METHOD_ORDER", "accuracy_records", "compact_records", "estimate_cells", "estimate_ranking",
-           "family_figure", "gap_closed", "gap_markdown", "layer_table", "markdown_tables", "per_seed_gaps",
-           "real_pairs_gap", "summary_table"]
+           "family_figure", "gap_closed", "layer_table", "per_seed_gaps", "real_pairs_gap", "summary_table"]
 
 METHOD_ORDER = ("probe", "zero_shot", "naive", "identity", "transfusion", "gradfix", "bico_input_only",
                 "bico_output_only", "activation_only", "gradient_only", "bico", "finetuned")
@@ -227,60 +226,6 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
     cols = ["record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha", "accuracy",
             "estimate", "bin", "in_cka", "out_cka", "out_similarity", "tau_share", "layers"]
     return out.reindex(columns=cols)
-
-
-# ---------------------------------------------------------------------------------------- markdown
-def _pm(m: float, lo: float, hi: float) -> str:
-    if not np.isfinite(lo):
-        return f"{100 * m:.1f}"
-    return f"{100 * m:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
-
-
-def markdown_tables(table: pd.DataFrame, *, settings=None, calibrations=None, modes=("fixed", "searched")) -> str:
-    """Per setting, calibration and alpha mode a task x method table (accuracy %, mean [95% interval])."""
-    parts = []
-    settings = list(dict.fromkeys(table["setting"])) if settings is None else list(settings)
-    for setting in settings:
-        g = table[table["setting"] == setting]
-        cals = [c for c in dict.fromkeys(g["calibration"]) if calibrations is None or c in calibrations]
-        for cal in cals:
-            for mode in modes:
-                sub = g[(g["alpha_mode"] == mode) & (g["calibration"] == cal)]
-                if not len(sub):
-                    continue
-                methods = [m for m in METHOD_ORDER if m in set(sub["method"])]
-                tasks = [t for t in dict.fromkeys(sub["task"]) if t != "mean"] + ["mean"]
-                seeds = int(sub["seeds"].max())
-                head = (f"**{setting}**, calibration {cal}, α {'= 1' if mode == 'fixed' else 'searched on validation'} "
-                        f"(accuracy %, mean [95% t-interval] over {seeds} seeds)\n\n")
-                lines = ["| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
-                for t in tasks if len(tasks) > 2 else tasks[:1]:
-                    cells = []
-                    for m in methods:
-                        r = sub[(sub["task"] == t) & (sub["method"] == m)]
-                        cells.append(_pm(r["accuracy_mean"].iloc[0], r["ci_low"].iloc[0], r["ci_high"].iloc[0])
-                                     if len(r) else "–")
-                    lines.append(f"| {t} | " + " | ".join(cells) + " |")
-                parts.append(head + "\n".join(lines))
-    return "\n\n".join(parts) + "\n"
-
-
-def gap_markdown(gaps: pd.DataFrame) -> str:
-    """The gap-closed table: one row per (setting, calibration, alpha), one column per method (mean [interval])."""
-    methods = [m for m in METHOD_ORDER if m in set(gaps["method"]) and m not in (*BASELINES, "finetuned")]
-    lines = ["| setting | calibration | α | " + " | ".join(methods) + " |", "|---|---|---" + "|---" * len(methods) + "|"]
-    for (setting, cal, mode), g in gaps.groupby(["setting", "calibration", "alpha_mode"], sort=False):
-        gg = g.set_index("method")
-        cells = []
-        for m in methods:
-            if m not in gg.index or not np.isfinite(gg.loc[m, "gap_closed"]):
-                cells.append("–")
-                continue
-            r = gg.loc[m]
-            iv = f" [{100 * r.gap_low:.0f}%, {100 * r.gap_high:.0f}%]" if np.isfinite(r.gap_low) else ""
-            cells.append(f"{100 * r.gap_closed:.0f}%{iv}")
-        lines.append(f"| {setting} | {cal} | {'= 1' if mode == 'fixed' else 'searched'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------ figure
