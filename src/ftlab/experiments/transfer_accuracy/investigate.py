@@ -1,4 +1,4 @@
-"""Why output gradients do not align, and what changes it (issue 14, item 4) -- ftlab's own investigation.
+"""Why output gradients do not align, and what changes it -- ftlab's own investigation.
 
 For a set of (setting, task, seed) cases (:func:`prepare` builds each once: probe heads, fine-tuned source
 and target), BiCo is fitted under each calibration *variant* (:data:`VARIANTS`), one knob changed from the
