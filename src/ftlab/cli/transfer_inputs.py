@@ -11,6 +11,9 @@ __all__ = ["Calibration", "calibration_data", "default_loss", "hf_loss", "logits
 
 def hf_loss(model, batch):
     """The loss a Hugging Face model computes from the batch's ``labels``."""
+    if not hasattr(model, "config") or not isinstance(batch, dict):
+        raise ValueError("--loss hf needs a Hugging Face model and dict batches (input_ids, labels, ...); give "
+                         "--loss module:function for other models")
     out = model(**batch)
     if getattr(out, "loss", None) is None:
         raise ValueError("--loss hf: the model returned no loss (does the batch hold labels?)")

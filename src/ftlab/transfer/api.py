@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ftlab.core.usercode import check_model
 from ftlab.core.validate import peak_rss_mb
 from ftlab.transfer.align import MapFit
 from ftlab.transfer.batches import CalibrationData
@@ -169,8 +170,7 @@ def _check_inputs(models: Mapping[str, nn.Module], loss: Callable | None, option
     if not isinstance(opts, TransferOptions):
         raise TypeError(f"options must be a TransferOptions, got {type(opts).__name__}")
     for name, mod in models.items():
-        if not isinstance(mod, nn.Module):
-            raise TypeError(f"{name} must be a torch.nn.Module, got {type(mod).__name__}")
+        check_model(name, mod)  # a TypeError for another object, a ValueError for a model on the meta device
     if loss is not None and (not callable(loss) or len(inspect.signature(loss).parameters) < 2):
         raise TypeError("loss must be a function loss(model, batch) -> scalar tensor")
     return opts

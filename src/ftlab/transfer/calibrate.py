@@ -459,7 +459,8 @@ def collect_target_grads(target: nn.Module, data: Iterable, loss: Callable, *, t
     n = 0
     with calibration_mode(target), torch.enable_grad():
         for k, batch in enumerate(progress(data, desc="target gradients", total=total)):
-            value = loss(target, batch)
+            with blame(f"target model, calibration batch {k}"):
+                value = loss(target, batch)
             if not isinstance(value, torch.Tensor) or value.numel() != 1 or not torch.isfinite(value.detach()).all():
                 raise ValueError(f"target model, calibration batch {k}: loss is not a finite scalar tensor")
             grads = torch.autograd.grad(value, params, allow_unused=True)
@@ -492,7 +493,8 @@ def block_output_shapes(source: nn.Module, target: nn.Module, stacks: Mapping[st
     for side, (model, batch) in enumerate(((source, pair[0]), (target, pair[1]))):
         names = {p: [st[side].block_name(i) for i in range(st[side].depth)] for p, st in stacks.items()}
         with calibration_mode(model, grad=False), torch.no_grad(), \
-                capture(model, [n for ns in names.values() for n in ns], inputs=False) as cap:
+                capture(model, [n for ns in names.values() for n in ns], inputs=False) as cap, \
+                blame(f"{('source', 'target')[side]} model, first calibration batch"):
             run(model, batch)
             shapes.append({p: [tuple(cap.outputs[n][0].shape[1:]) if cap.outputs.get(n) else () for n in ns]
                            for p, ns in names.items()})
@@ -516,9 +518,10 @@ def layer_cka_scores(source: nn.Module, target: nn.Module, stacks: Mapping[str, 
             capture(source, [n for ns in names_a.values() for n in ns], inputs=False) as ca, \
             capture(target, [n for ns in names_b.values() for n in ns], inputs=False) as cb:
         for ba, bb in head_pairs:
-            for model, cap, batch, f in ((source, ca, ba, feats[0]), (target, cb, bb, feats[1])):
+            for who, model, cap, batch, f in (("source", source, ca, ba, feats[0]), ("target", target, cb, bb, feats[1])):
                 cap.clear()
-                run(model, batch)
+                with blame(f"{who} model, calibration batch used for the depth map"):
+                    run(model, batch)
                 for n, ts in cap.outputs.items():
                     f.setdefault(n, []).append(to_tokens(ts[0], "linear", side="out")[0].mean(1).double())
     out = {}

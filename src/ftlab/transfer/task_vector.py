@@ -180,6 +180,10 @@ class TaskVector(Mapping):
                     raise ValueError(f"{k!r} and {first!r} are the same tied tensor but have different deltas")
                 continue
             plan.append((state[k], v))
+        for target, _ in plan:
+            if target.is_floating_point() and abs(float(alpha)) > torch.finfo(target.dtype).max:
+                raise ValueError(f"alpha={alpha!r} is out of range for {target.dtype} weights: |alpha| must be at most "
+                                 f"{torch.finfo(target.dtype).max:g}")
         with torch.no_grad():
             for target, v in plan:
                 target.add_(v.to(device=target.device, dtype=target.dtype), alpha=float(alpha))
