@@ -36,8 +36,10 @@ __all__ = ["BenchmarkSummary", "POWER_EFFECT", "REQUIRED", "gap_halfwidth", "pow
 REQUIRED = ("record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "accuracy")
 #: The controlled ViT settings, most related first (the wider one last).
 FAMILY_ORDER = ("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining", "width", "depth")
-#: Settings whose cells set the diagnostic rule's threshold; the others are kept apart to judge it.
-RULE_DESIGN = ("permuted", "continued_1ep", "continued_4ep", "independent", "pretraining", "width", "depth")
+#: Settings whose validation cells set the diagnostic rule's threshold; the others (the text pairs) are kept apart
+#: and judge it on their test cells.
+RULE_DESIGN = (*REAL_VISION, "permuted", "continued_1ep", "continued_4ep", "independent", "pretraining", "width",
+               "depth")
 
 
 def write_records(raw: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -95,16 +97,18 @@ class BenchmarkSummary:
 
 def rule_check(cells: pd.DataFrame, *, design=RULE_DESIGN) -> dict:
     """The diagnostic rule on recorded cells (one per setting, task, seed): the threshold that misclassifies the
-    fewest cells of the ``design`` settings (:func:`ftlab.transfer.diagnose.fit_threshold`), then how often it
-    predicts "below the target's own accuracy" correctly on the design cells and on the cells kept apart, and with
-    the library's threshold (:data:`ftlab.transfer.diagnose.BELOW_TARGET_ESTIMATE`)."""
+    fewest *validation* cells of the ``design`` settings (:func:`ftlab.transfer.diagnose.fit_threshold`; "below" =
+    BiCo at alpha = 1 below the target's own validation accuracy), then how often it predicts "below the target's
+    own accuracy" on the *test* cells: the design cells, the cells kept apart (settings that did not set it), and
+    every cell with the library's threshold (:data:`ftlab.transfer.diagnose.BELOW_TARGET_ESTIMATE`)."""
     from ftlab.transfer.diagnose import BELOW_TARGET_ESTIMATE, fit_threshold
 
     if not len(cells):
         return {}
     d = cells[cells["setting"].isin(list(design))]
     h = cells[~cells["setting"].isin(list(design))]
-    fitted, _ = fit_threshold(d["estimate"], d["below"]) if len(d) else (math.nan, 0)
+    dv = d[d["val_gain"].notna()] if "val_gain" in d else d.iloc[:0]
+    fitted, _ = fit_threshold(dv["estimate"], dv["below_val"]) if len(dv) else (math.nan, 0)
 
     def score(df: pd.DataFrame, t: float) -> dict:
         if not len(df) or not math.isfinite(t):

@@ -271,10 +271,11 @@ def tiny_config(**overrides) -> BenchmarkConfig:
     return BenchmarkConfig(**{**base, **overrides})
 
 
-def _record(setting, task, seed, method, calibration, mode, alpha, n_cal, acc, seconds=math.nan) -> dict:
+def _record(setting, task, seed, method, calibration, mode, alpha, n_cal, acc, seconds=math.nan,
+            val=math.nan) -> dict:
     return {"record": "accuracy", "setting": setting, "task": task, "seed": int(seed), "method": method,
             "calibration": calibration, "alpha_mode": mode, "alpha": float(alpha), "n_cal": int(n_cal),
-            "accuracy": float(acc), "seconds": float(seconds)}
+            "accuracy": float(acc), "val_accuracy": float(val), "seconds": float(seconds)}
 
 
 def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int = 32) -> list[tuple]:
@@ -385,7 +386,9 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
     own_fields = {i.name: {f.name for f in dataclasses.fields(i.options_type)} for i in list_methods()}
     base_acc, ft_acc = target_scores if target_scores is not None else (score(target_base, "test"),
                                                                         score(target_ft, "test"))
-    rows = [_record(setting, task, seed, baseline, "-", mode, math.nan, 0, base_acc) for mode in ("fixed", "searched")]
+    base_val = score(target_base, "val")
+    rows = [_record(setting, task, seed, baseline, "-", mode, math.nan, 0, base_acc, val=base_val)
+            for mode in ("fixed", "searched")]
     rows += [_record(setting, task, seed, "finetuned", "-", mode, math.nan, 0, ft_acc) for mode in ("fixed", "searched")]
     if plan is None:
         plan = {c: tuple(methods) for c in calibrations}
@@ -412,15 +415,16 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
             seconds = time.perf_counter() - t0
             tau = res.task_vector
             cal, ncal = ("-", 0) if free else (calibration, n_cal)
-            rows.append(_record(setting, task, seed, method, cal, "fixed", 1.0, ncal,
-                                score(tau.apply(target_base, 1.0), "test"), seconds))
 
             def val_score(a: float, tau: TaskVector = tau) -> float:
                 return score(tau.apply(target_base, a), "val")
 
-            best, _ = search_alpha(val_score, grid=alpha_grid)
-            acc = rows[-1]["accuracy"] if best == 1.0 else score(tau.apply(target_base, best), "test")
-            rows.append(_record(setting, task, seed, method, cal, "searched", best, ncal, acc, seconds))
+            best, table = search_alpha(val_score, grid=alpha_grid)
+            val = table.set_index("alpha")["score"]
+            test1 = score(tau.apply(target_base, 1.0), "test")
+            rows.append(_record(setting, task, seed, method, cal, "fixed", 1.0, ncal, test1, seconds, val=val[1.0]))
+            acc = test1 if best == 1.0 else score(tau.apply(target_base, best), "test")
+            rows.append(_record(setting, task, seed, method, cal, "searched", best, ncal, acc, seconds, val=val[best]))
             if want_layers:
                 rows += _layer_rows(res, setting, task, seed, calibration)
                 if diagnose:

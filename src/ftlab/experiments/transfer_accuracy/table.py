@@ -175,7 +175,8 @@ def layer_table(raw: pd.DataFrame) -> pd.DataFrame:
 
 def estimate_cells(raw: pd.DataFrame, *, calibration: str = "n100", method: str = "bico") -> pd.DataFrame:
     """Per (setting, task, seed): the diagnostic's ``estimate``, BiCo's accuracy at alpha = 1, the target's base and
-    fine-tuned accuracy, ``gain`` (BiCo minus base) and ``below`` (BiCo below the base)."""
+    fine-tuned accuracy, ``gain`` (BiCo minus base) and ``below`` (BiCo below the base) on the test set, and
+    ``val_gain`` / ``below_val`` on the validation set (nan / False where it was not recorded)."""
     if "record" not in raw.columns or not (raw["record"] == "estimate").any():
         return pd.DataFrame()
     est = raw[(raw["record"] == "estimate") & (raw["calibration"] == calibration)]
@@ -190,6 +191,15 @@ def estimate_cells(raw: pd.DataFrame, *, calibration: str = "n100", method: str 
                       axis=1).dropna().reset_index()
     cells["gain"] = cells["accuracy"] - cells["base"]
     cells["below"] = cells["gain"] < 0
+    if "val_accuracy" in acc.columns:
+        va = acc[(acc["method"] == method) & (acc["calibration"] == calibration)].groupby(
+            ["setting", "task", "seed"])["val_accuracy"].mean()
+        vb = acc[acc["method"].isin(BASELINES)].groupby(["setting", "task", "seed"])["val_accuracy"].mean()
+        vg = (va - vb).rename("val_gain")
+        cells = cells.merge(vg.reset_index(), on=["setting", "task", "seed"], how="left")
+    else:
+        cells["val_gain"] = math.nan
+    cells["below_val"] = cells["val_gain"] < 0
     return cells
 
 
@@ -212,8 +222,8 @@ def estimate_ranking(raw: pd.DataFrame, *, calibration: str = "n100", method: st
 def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
     """The records a recorded run keeps under docs/: accuracy and estimate rows with the columns the summaries read,
     and the per-layer rows binned into fifths of the target's depth (``record="layer_bin"``)."""
-    acc = accuracy_records(raw)[["setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha",
-                                 "accuracy"]].assign(record="accuracy")
+    acc = accuracy_records(raw).reindex(columns=["setting", "task", "seed", "method", "calibration", "alpha_mode",
+                                                 "alpha", "accuracy", "val_accuracy"]).assign(record="accuracy")
     parts = [acc]
     if "record" in raw.columns and (raw["record"] == "estimate").any():
         est = raw[raw["record"] == "estimate"][["setting", "task", "seed", "calibration", "estimate"]]
@@ -224,7 +234,7 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
                          "tau_share", "layers"]].assign(record="layer_bin"))
     out = pd.concat(parts, ignore_index=True)
     cols = ["record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha", "accuracy",
-            "estimate", "bin", "in_cka", "out_cka", "out_similarity", "tau_share", "layers"]
+            "val_accuracy", "estimate", "bin", "in_cka", "out_cka", "out_similarity", "tau_share", "layers"]
     return out.reindex(columns=cols)
 
 
