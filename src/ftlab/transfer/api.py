@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ftlab.core.progress import stage
 from ftlab.core.usercode import check_model
 from ftlab.core.validate import peak_rss_mb
 from ftlab.transfer.align import MapFit
@@ -226,10 +227,11 @@ def _layer_map(source: nn.Module, target: nn.Module, opts: TransferOptions, data
     if data is not None and opts.depth_map in ("cka", "stage_relative"):
         stacks = paired_stacks(source, target, opts.name_map)
         head = data.head(opts.cka_batches if opts.depth_map == "cka" else 1)
-        if opts.depth_map == "cka":
-            cka = layer_cka_scores(source, target, stacks, head, loss)
-        elif head and stacks:
-            shapes = block_output_shapes(source, target, stacks, head[0], loss)
+        with stage("depth map"):
+            if opts.depth_map == "cka":
+                cka = layer_cka_scores(source, target, stacks, head, loss)
+            elif head and stacks:
+                shapes = block_output_shapes(source, target, stacks, head[0], loss)
     return build_layer_map(source, target, opts.depth_map, cka_scores=cka, block_shapes=shapes, stages=opts.stages,
                            name_map=opts.name_map)
 
@@ -300,7 +302,8 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     t_fit = time.perf_counter()
     fitted = m.prepare(problem, box.pop())
     t_apply = time.perf_counter()
-    tau_b = fitted.apply(tau_a)
+    with stage("transport"):
+        tau_b = fitted.apply(tau_a)
     timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}
     pairs = dict(problem.pairs or {})
     source_norms = {"total": tau_a.norm()}
