@@ -9,7 +9,8 @@ data only**:
    candidate recipe (learning rate x epochs of :func:`~ftlab.experiments.transfer_accuracy.finetune.recipe`), and
    records the validation and test accuracy of both;
 2. :func:`choose_recipes` picks, per (family, task, training-set size), the recipe with the best mean *validation*
-   accuracy of the fine-tuned models (one recipe for every model of a family, as the benchmark shares it), and
+   accuracy of the fine-tuned target models, among the recipes every target was tried with (one recipe for every
+   model of a family, as the benchmark shares it), and
    marks a task whose validation gap ``finetuned - probe`` is below :data:`MIN_GAP` on any target encoder: such a
    task is dropped from the benchmark (the premise fails).
 
@@ -89,12 +90,18 @@ def pilot_points(kind: str, encoders, tasks, *, seeds=(0,), n_train=(500,), n_va
 
 
 def choose_recipes(df: pd.DataFrame, targets: dict[str, tuple[str, ...]]) -> pd.DataFrame:
-    """Per (kind, task, n_train): the recipe with the best mean validation accuracy of the fine-tuned models, its
+    """Per (kind, task, n_train): the recipe with the best mean validation accuracy of the fine-tuned targets, its
     validation and test gaps per target encoder, and whether the premise holds (every target's validation gap >=
     :data:`MIN_GAP`). ``targets[kind]``: the encoders that are targets of a pair (whose gap the premise needs)."""
     rows = []
     for (kind, task, n), g in df.groupby(["kind", "task", "n_train"], sort=False):
-        by = g.groupby(["lr", "epochs"])["finetuned_val"].mean()
+        tg_all = [e for e in targets.get(kind, ()) if e in set(g["encoder"])]
+        on_targets = g[g["encoder"].isin(tg_all)]
+        if not len(on_targets):
+            continue
+        runs = on_targets.groupby(["lr", "epochs"])["encoder"].nunique()
+        common = runs[runs == len(tg_all)].index  # recipes every target was fine-tuned with
+        by = on_targets.set_index(["lr", "epochs"]).loc[common].groupby(level=["lr", "epochs"])["finetuned_val"].mean()
         lr, ep = by.idxmax()
         best = g[(g["lr"] == lr) & (g["epochs"] == ep)]
         per = best.groupby("encoder")[["probe_val", "finetuned_val", "probe_test", "finetuned_test"]].mean()
