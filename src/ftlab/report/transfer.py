@@ -31,8 +31,7 @@ TEXT = {
         "all-mpnet-base-v2 (width ×2, depth ×2, other pretraining), and on small ViTs trained here along an axis "
         "of relatedness. The real models have no head for the tasks, so each reads them through a linear probe "
         "fitted on its frozen base and kept frozen while fine-tuning (as the paper evaluates T5); the target's own "
-        "probe is the baseline. `bico` is the paper's BiCo; `bico_centred` is ftlab's variant with centred "
-        "cross-covariances."),
+        "probe is the baseline. `bico` is the paper's BiCo (uncentred cross-covariances)."),
     "run": "Run: {run}. Wall time of this invocation {wall:.1f} min (finished points are read from the sweep store).",
     "verdicts": (
         "### Primary tests\n\nFixed in code before the recorded run "
