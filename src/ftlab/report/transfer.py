@@ -104,12 +104,13 @@ def _pct(x, digits: int = 0) -> str:
 
 
 def _effect(c, j) -> str:
-    scale, unit = (1.0, "") if c.kind in ("gap", "dose") else (100.0, " pts")
+    """Effect [95% interval]: accuracy effects in points, gap effects in % of the gap."""
     if not math.isfinite(j.effect):
         return "–"
-    iv = (f" [{scale * j.ci_low:+.1f}, {scale * j.ci_high:+.1f}]" if math.isfinite(j.ci_low) and math.isfinite(
-        j.ci_high) else " [unbounded]")
-    return (f"{scale * j.effect:+.2f}{iv.replace('.1f', '.2f')}" if scale == 1.0 else f"{scale * j.effect:+.1f}{iv}") + unit
+    unit, fmt = (" of the gap", "{:+.0f}%") if c.kind in ("gap", "dose") else (" pts", "{:+.1f}")
+    bounded = math.isfinite(j.ci_low) and math.isfinite(j.ci_high)
+    iv = f" [{fmt.format(100 * j.ci_low)}, {fmt.format(100 * j.ci_high)}]" if bounded else " [unbounded]"
+    return fmt.format(100 * j.effect) + iv + unit
 
 
 def verdict_table(rows, *, primaries: bool) -> str:

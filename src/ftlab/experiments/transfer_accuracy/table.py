@@ -250,7 +250,7 @@ def _method_points(table: pd.DataFrame, setting: str) -> list[tuple[str, dict]]:
         if m in (*BASELINES, "finetuned"):
             continue
         sub = t[t["method"] == m]
-        for cal in dict.fromkeys(sub["calibration"]):
+        for cal in sorted(set(sub["calibration"]), key=lambda c: (c != "n100", c)):
             if m in ("naive", "transfusion") and cal != sorted(set(sub["calibration"]))[-1]:
                 continue  # calibration-free: shown once
             r = sub[sub["calibration"] == cal].set_index("alpha_mode")
@@ -294,14 +294,14 @@ def family_figure(table: pd.DataFrame, settings, path, *, title: str):
         ax.set_xticklabels([p[0] for p in pts], rotation=60, ha="right", fontsize=7)
         ax.set_xlim(-0.7, len(pts) - 0.3)
         ax.set_title(s, fontsize=9)
-        ax.set_ylabel("test accuracy (%), mean over seeds with 95% interval", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
+    axes[0][0].set_ylabel("test accuracy (%), mean over seeds with 95% interval", fontsize=8)
     from matplotlib.lines import Line2D
 
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles += [Line2D([], [], color="k", marker="o", ls="none"), Line2D([], [], color="k", marker="s", mfc="white",
                                                                           ls="none")]
     labels += ["α = 1", "α searched on validation"]
-    axes[0][0].legend(handles, labels, loc="lower left", fontsize=6, framealpha=0.8)
+    axes[0][-1].legend(handles, labels, loc="best", fontsize=6, framealpha=0.85)
     fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
