@@ -82,9 +82,9 @@ class BenchmarkConfig:
     it too, on ``ablation_tasks`` only (empty: every task) and, for real pairs, ``ablation_pairs`` only (empty: every
     pair); ``other_cal_methods`` with the other calibration sets;
     ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair, on ``heavy_seeds`` (default: the
-    text seeds); ``family_methods`` for the controlled family too (TransFusion: equal shapes only, skipped
-    elsewhere). ``split_vision_pairs``: one sweep
-    point per (EfficientNet pair, task, seed) instead of per (task, seed).
+    text seeds) with ``heavy_n_val`` / ``heavy_n_test`` glosses (default: the text pairs');
+    ``family_methods`` for the controlled family too (TransFusion: equal shapes only, skipped elsewhere).
+    ``split_vision_pairs``: one sweep point per (EfficientNet pair, task, seed) instead of per (task, seed).
     Transfer: ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
     calibration loss, :data:`~ftlab.experiments.transfer_accuracy.finetune.LOSS_KINDS`), ``alpha_grid``
     (searched on validation, the same for every method), ``transfer`` (options passed to every
@@ -134,6 +134,8 @@ class BenchmarkConfig:
     ablation_pairs: tuple[str, ...] = ()
     family_methods: tuple[str, ...] = ("transfusion",)
     heavy_seeds: tuple[int, ...] | None = None
+    heavy_n_val: int | None = None
+    heavy_n_test: int | None = None
 
     def __post_init__(self):
         from ftlab.experiments.transfer_accuracy.family import SETTINGS
@@ -245,9 +247,10 @@ def full_config() -> BenchmarkConfig:
     MiniLM-L3 -> L6 and the ViTs, TransFusion on the equal-shape ViTs. Seeds: 9, the fewest at which the exact
     sign-flip test can pass the first step of Holm's correction over the 11 primaries (2^-8 < 0.05 / 11), checked
     against the power the internal pilot asks for (docs/transfer-benchmark.md); 6 (the rule's minimum) for
-    all-mpnet-base-v2, whose fine-tuning costs most."""
+    all-mpnet-base-v2, whose fine-tuning and evaluation cost most (100 validation and 300 test glosses)."""
     nine = tuple(range(9))
     return BenchmarkConfig(**VISION_DESIGN, **TEXT_DESIGN, seeds=nine, text_seeds=nine, heavy_seeds=tuple(range(6)),
+                           heavy_n_val=100, heavy_n_test=300,
                            family_settings=("permuted", "continued_4ep", "independent", "pretraining", "width"),
                            family_tasks=("digits",), family_seeds=nine, methods=("naive", "activation_only", "bico"),
                            ablation_methods=("bico_input_only", "bico_output_only"), ablation_tasks=(),
@@ -496,7 +499,10 @@ def text_point(pair: str, task: str, seed: int, config: dict) -> list[dict]:
     torch.set_num_threads(1)
     cfg = BenchmarkConfig.from_dict(config)
     p = PAIRS[pair]
-    d = load_text_task(task, text_tokenizer(), n_train=cfg.text_n_train, n_val=cfg.text_n_val, n_test=cfg.text_n_test,
+    heavy = "mpnet" in pair
+    d = load_text_task(task, text_tokenizer(), n_train=cfg.text_n_train,
+                       n_val=cfg.heavy_n_val if heavy and cfg.heavy_n_val else cfg.text_n_val,
+                       n_test=cfg.heavy_n_test if heavy and cfg.heavy_n_test else cfg.text_n_test,
                        max_length=cfg.text_max_length, seed=seed)
     splits = {"train": (d.x_train, d.y_train), "val": (d.x_val, d.y_val), "test": (d.x_test, d.y_test)}
     classes = range(d.n_classes)
