@@ -158,3 +158,22 @@ def test_verdict_table_and_render_put_the_primaries_first():
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:4] == ["lite0->lite1", "60.0%", "80.0%", "= 1"]
     assert cells[-1].startswith("75% [")  # BiCo closes 75% of the planted gap
+
+
+def test_pilot_chooses_the_recipe_on_validation_over_the_targets_and_checks_the_premise():
+    from ftlab.experiments.transfer_accuracy.pilot import choose_recipes
+
+    rows = []
+    for enc, probe in (("t1", 0.60), ("t2", 0.70), ("src", 0.50)):
+        for lr, ft_val, ft_test in ((0.01, 0.72, 0.95), (0.03, 0.80, 0.70), (0.1, 0.60, 0.99)):
+            if enc == "src" and lr != 0.1:
+                continue  # a source tried with one recipe only must not sway the choice
+            rows.append({"kind": "vision", "encoder": enc, "task": "mnist", "n_train": 500, "lr": lr, "epochs": 5,
+                         "seed": 0, "probe_val": probe, "probe_test": probe, "finetuned_val": ft_val + (enc == "src"),
+                         "finetuned_test": ft_test})
+    ch = choose_recipes(pd.DataFrame(rows), {"vision": ("t1", "t2")}).iloc[0]
+    assert ch.lr == 0.03                       # best mean validation accuracy; test accuracies never decide
+    assert ch.gap_val == pytest.approx({"t1": 0.20, "t2": 0.10})
+    assert ch.premise                          # both targets' validation gaps are at least 10 points
+    rows = [dict(r, probe_val=0.75) if r["encoder"] == "t2" else r for r in rows]
+    assert not choose_recipes(pd.DataFrame(rows), {"vision": ("t1", "t2")}).iloc[0].premise
