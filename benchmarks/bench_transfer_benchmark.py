@@ -159,6 +159,23 @@ def record_wall(out: Path, label: str, n_points: int, wall: float, loads: tuple[
         "was shared with other jobs during the recorded runs (load average above)."))
 
 
+def from_store(store: Path, *, wall_min: float | None) -> None:
+    """Records of the finished points of a full run's sweep store (the run may still be going), then the docs."""
+    import pandas as pd
+
+    from ftlab.core.sweep import read_store
+    from ftlab.experiments.transfer_accuracy.records import read_records, write_records
+    from ftlab.experiments.transfer_accuracy.run import full_config
+
+    done = read_store(store)
+    rows = [{**{k: v for k, v in e["point"].items() if k not in ("config", "cache", "pair", "kind")}, **r}
+            for e in done.values() for r in e["records"]]
+    total = len(full_config().points())
+    write_records(pd.DataFrame(rows), RECORDS)
+    label = "full run" if len(done) >= total else f"partial full run: {len(done)} of {total} points"
+    regenerate(read_records(RECORDS), wall_min=wall_min, label=label)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group()
@@ -166,6 +183,8 @@ def main() -> None:
     mode.add_argument("--pilot", nargs="+", choices=("vision", "text", "mpnet", "sources"),
                       help="the premise pilot, in parts")
     mode.add_argument("--from-records", type=Path, metavar="CSV", help="regenerate the docs from records, no training")
+    mode.add_argument("--from-store", type=Path, metavar="JSONL",
+                      help="write the records of the finished points of a (partial) full run's store, then the docs")
     ap.add_argument("--out", type=Path, default=Path("results"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--recorded-wall", type=float, default=None, metavar="MIN",
@@ -182,6 +201,9 @@ def main() -> None:
         return
     if args.pilot:
         run_pilot(args.out, args.workers, args.pilot)
+        return
+    if args.from_store is not None:
+        from_store(args.from_store, wall_min=args.recorded_wall)
         return
     from ftlab.experiments.transfer_accuracy.records import read_records, write_records
     from ftlab.experiments.transfer_accuracy.run import full_config, quick_config, run_benchmark
