@@ -61,8 +61,8 @@ TEXT = {
         "controlled ViT cells and judged on the real pairs, which did not set it. {rule_text}"),
     "layers": (
         "### Where the task vector sits and how well the bases align (BiCo's fit, 100 samples)\n\nMedians over the "
-        "layers of each fifth of the target's depth, over tasks and seeds. The Procrustes similarity "
-        "`‖AᵀB‖_* / (‖A‖‖B‖)` is 1 when one row set is an orthogonal re-coding of the other."),
+        "layers of each fifth of the target's depth, over tasks and seeds, of the Procrustes similarity "
+        "`‖AᵀB‖_* / (‖A‖‖B‖)` of the two bases' rows (1 when one row set is an orthogonal re-coding of the other)."),
 }
 
 #: Figures, one per family of pairs: ``(name, title, which settings)``.
@@ -168,11 +168,11 @@ def pairs_markdown(sm, settings, *, calibration: str = "n100") -> str:
 def layer_markdown(layers) -> str:
     if not len(layers):
         return "*No layer diagnostics in this run.*"
-    lines = ["| setting | relative depth | layers | CKA inputs | CKA output gradients | Procrustes similarity of "
-             "gradients | share of ‖τ_A‖² |", "|---|---|---|---|---|---|---|"]
+    lines = ["| setting | relative depth | layers | similarity of inputs | similarity of output gradients | share of "
+             "‖τ_A‖² |", "|---|---|---|---|---|---|"]
     for _, r in layers.iterrows():
-        lines.append(f"| {r.setting} | {r.depth} | {int(r.layers)} | {r.in_cka:.2f} | {r.out_cka:.2f} | "
-                     f"{r.out_similarity:.2f} | {100 * r.tau_share:.0f}% |")
+        lines.append(f"| {r.setting} | {r.depth} | {int(r.layers)} | {r.in_similarity:.2f} | {r.out_similarity:.2f} | "
+                     f"{100 * r.tau_share:.0f}% |")
     return "\n".join(lines)
 
 

@@ -70,8 +70,8 @@ def test_rows_cover_methods_modes_calibrations_and_layers(identical_bases_rows):
     assert set(acc[acc["alpha_mode"] == "searched"].dropna(subset=["alpha"])["alpha"]) <= {0.5, 1.0, 2.0}
     lay = df[df["record"] == "layer"]
     assert len(lay) > 0 and set(lay["calibration"]) == {"n100"}
-    # a self-transfer: the two row sets are identical, so CKA is 1 wherever it is defined
-    ok = lay["in_cka"].dropna()
+    # a self-transfer: the two row sets are identical, so their Procrustes similarity is 1 wherever it is defined
+    ok = lay["in_similarity"].dropna()
     assert len(ok) and np.allclose(ok, 1.0, atol=1e-6)
     assert abs(lay.drop_duplicates("source_point")["tau_share"].sum() - 1.0) < 1e-6
 

@@ -306,7 +306,7 @@ def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int
 
 def _diagnose(res) -> dict:
     """The transfer diagnostic's estimate of the share of tau_A that carries over (:func:`ftlab.transfer.diagnose`),
-    read off BiCo's finished fit ``res`` (fitted with ``diagnostics=True``): the library's estimator
+    read off BiCo's finished fit ``res`` (the Procrustes similarities its statistics carry): the library's estimator
     (:func:`~ftlab.transfer.diagnose.diagnosis_from_result`) without a second calibration pass.
     """
     from ftlab.transfer.diagnose import diagnosis_from_result
@@ -407,8 +407,6 @@ def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft,
             done_free.add(method)
             mine = {k: v for k, v in opts.items() if k in general or k in own_fields.get(method, set())}
             want_layers = layers and method == "bico" and calibration == first
-            if want_layers:
-                mine["diagnostics"] = True
             t0 = time.perf_counter()
             res = _fit(method, mine, source_base, source_ft, target_base, batches, loss)
             if res is None:

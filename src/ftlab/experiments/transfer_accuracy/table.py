@@ -13,8 +13,8 @@ target's depth; the run's own ``record="layer"`` rows are binned on the fly). Ou
   target's probe or zero-shot accuracy; undefined for a run whose gap is below
   :data:`~ftlab.experiments.transfer_accuracy.claims.MIN_RUN_GAP`), then its mean and interval over seeds;
 * :func:`real_pairs_gap` -- the same averaged over the real pairs, seed by seed;
-* :func:`layer_table` -- per setting and fifth of the target's depth: median CKA of the two bases' input
-  activations and output gradients, beside the share of ``||tau_A||^2`` carried there;
+* :func:`layer_table` -- per setting and fifth of the target's depth: median Procrustes similarity of the two bases'
+  input activations and output gradients, beside the share of ``||tau_A||^2`` carried there;
 * :func:`estimate_cells` / :func:`estimate_ranking` -- the diagnostic's estimate beside the gain BiCo delivered
   per (setting, task, seed), and Spearman's rank correlation over (setting, task) cells;
 * :func:`family_figure` -- one figure per family of pairs.
@@ -153,22 +153,30 @@ def _layer_bins(raw: pd.DataFrame) -> pd.DataFrame:
     lay["bin"] = np.minimum((lay["order"] / n * _BINS).astype(int), _BINS - 1)
     if "out_similarity" not in lay:
         lay["out_similarity"] = math.nan
+    for c in ("in_similarity", "in_cka", "out_cka"):
+        if c not in lay:
+            lay[c] = math.nan
     out = lay.groupby(["setting", "task", "seed", "calibration", "bin"], as_index=False).agg(
-        in_cka=("in_cka", "median"), out_cka=("out_cka", "median"), out_similarity=("out_similarity", "median"),
-        tau_share=("tau_share", "sum"), layers=("point", "nunique"))
+        in_similarity=("in_similarity", "median"), out_similarity=("out_similarity", "median"),
+        in_cka=("in_cka", "median"), out_cka=("out_cka", "median"), tau_share=("tau_share", "sum"),
+        layers=("point", "nunique"))
     return out.assign(record="layer_bin")
 
 
 def layer_table(raw: pd.DataFrame) -> pd.DataFrame:
-    """Per setting and fifth of the target's depth: medians over tasks and seeds of the per-bin median CKA of the
-    inputs and of the output gradients and of the output-gradient Procrustes similarity; the mean share of
-    ``||tau_A||^2`` in the bin; the number of layers."""
+    """Per setting and fifth of the target's depth: medians over tasks and seeds of the per-bin median Procrustes
+    similarity of the two bases' input activations and output gradients (and their CKA where the fit recorded
+    second moments); the mean share of ``||tau_A||^2`` in the bin; the number of layers."""
     lb = _layer_bins(raw)
     if not len(lb):
         return pd.DataFrame()
+    for c in ("in_similarity", "in_cka", "out_cka"):
+        if c not in lb:
+            lb = lb.assign(**{c: math.nan})
     agg = lb.groupby(["setting", "bin"], sort=False).agg(
-        in_cka=("in_cka", "median"), out_cka=("out_cka", "median"), out_similarity=("out_similarity", "median"),
-        tau_share=("tau_share", "mean"), layers=("layers", "max")).reset_index()
+        in_similarity=("in_similarity", "median"), out_similarity=("out_similarity", "median"),
+        in_cka=("in_cka", "median"), out_cka=("out_cka", "median"), tau_share=("tau_share", "mean"),
+        layers=("layers", "max")).reset_index()
     agg["depth"] = agg["bin"].map(lambda b: f"{b / _BINS:.1f}–{(b + 1) / _BINS:.1f}")
     return agg
 
@@ -230,11 +238,13 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
         parts.append(est.assign(record="estimate"))
     lb = _layer_bins(raw)
     if len(lb):
-        parts.append(lb[["setting", "task", "seed", "calibration", "bin", "in_cka", "out_cka", "out_similarity",
-                         "tau_share", "layers"]].assign(record="layer_bin"))
+        parts.append(lb.reindex(columns=["setting", "task", "seed", "calibration", "bin", "in_similarity",
+                                         "out_similarity", "in_cka", "out_cka", "tau_share", "layers"])
+                     .assign(record="layer_bin"))
     out = pd.concat(parts, ignore_index=True)
     cols = ["record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha", "accuracy",
-            "val_accuracy", "estimate", "bin", "in_cka", "out_cka", "out_similarity", "tau_share", "layers"]
+            "val_accuracy", "estimate", "bin", "in_similarity", "out_similarity", "in_cka", "out_cka", "tau_share",
+            "layers"]
     return out.reindex(columns=cols)
 
 
