@@ -122,3 +122,80 @@ def test_the_python_api_names_a_model_on_the_meta_device():
         transfer(real, real, meta, [torch.randn(2, 4)], lambda m, b: m(b).sum(), method="naive")
     with pytest.raises(TypeError, match="loss"):
         transfer(real, real, real, [torch.randn(2, 4)], "m.py:loss", method="bico")
+
+
+def _permuted_target_and_rows(independent_target_rows: bool) -> list[str]:
+    """Rewrite the ``plain`` folder: B a hidden-unit-permuted copy of A, 64 calibration rows for A and, when asked,
+    64 other rows for B (``--target-data``) that share nothing with A's. Returns the extra arguments."""
+    from safetensors.torch import load_file
+
+    a = load_file("a.safetensors")
+    perm = torch.randperm(6, generator=torch.Generator().manual_seed(0))
+    b = {"0.weight": a["0.weight"][perm], "0.bias": a["0.bias"][perm], "2.weight": a["2.weight"][:, perm],
+         "2.bias": a["2.bias"]}
+    save_file(b, "b.safetensors")
+    g = torch.Generator().manual_seed(1)
+    save_file({"x": torch.randn(64, 4, generator=g), "y": torch.randint(0, 3, (64,), generator=g)}, "cal.safetensors")
+    if not independent_target_rows:
+        return []
+    save_file({"x": torch.randn(64, 4, generator=g), "y": torch.randint(0, 3, (64,), generator=g)}, "cal_b.safetensors")
+    return ["--target-data", "cal_b.safetensors"]
+
+
+def _error_to_truth(out: str) -> float:
+    """Relative error of the written tau_B against the true one (A's task vector, hidden units permuted as in B)."""
+    from safetensors.torch import load_file
+
+    a, a_ft, b = (load_file(f"{n}.safetensors") for n in ("a", "a_ft", "b"))
+    tau = load_file(f"{out}/task_vector.safetensors")
+    perm = torch.argsort(a["0.bias"]).index_select(0, torch.argsort(torch.argsort(b["0.bias"])))  # B's unit -> A's
+    assert torch.equal(a["0.bias"][perm], b["0.bias"])
+    truth = {"0.weight": (a_ft["0.weight"] - a["0.weight"])[perm], "0.bias": (a_ft["0.bias"] - a["0.bias"])[perm],
+             "2.weight": (a_ft["2.weight"] - a["2.weight"])[:, perm], "2.bias": a_ft["2.bias"] - a["2.bias"]}
+    num = sum(float((tau[k] - truth[k]).norm()) ** 2 for k in truth) ** 0.5
+    return num / sum(float(v.norm()) ** 2 for v in truth.values()) ** 0.5
+
+
+def test_a_permuted_copy_is_not_warned_and_its_transfer_is_exact(plain, capsys):
+    extra = _permuted_target_and_rows(independent_target_rows=False)
+    code, err = _cli(capsys, "transfer", *plain, *extra, "--out", "out")
+    assert code == 0 and not any("warning" in line for line in err), err
+    assert _error_to_truth("out") < 1e-6
+    rule = json.loads(Path("out/report.json").read_text())["diagnostic"]
+    assert rule["estimate"] == pytest.approx(1.0, abs=1e-6) and rule["predicts_below_probe"] is False
+    assert rule["threshold"] == 0.5 and "ftlab's rule" in rule["based_on"]
+
+
+def test_a_useless_transfer_is_warned_before_writing_and_still_written(plain, capsys, monkeypatch):
+    """B's calibration rows share nothing with A's: the fitted maps are arbitrary, the transfer is further from the
+    true tau_B than no transfer at all, and the diagnostic read off the fit says so first (exit code unchanged)."""
+    import ftlab.cli.transfer as cli_transfer
+
+    extra = _permuted_target_and_rows(independent_target_rows=True)
+    code, err = _cli(capsys, "transfer", *plain, *extra, "--out", "out")
+    warned = [line for line in err if "warning" in line]
+    assert code == 0 and len(warned) == 1 and warned[0].startswith(
+        "ftlab transfer: warning: the transfer is expected to score below the target's own accuracy at alpha = 1"), err
+    assert _error_to_truth("out") > 1.0  # worse than transferring nothing: the warning was right
+    rule = json.loads(Path("out/report.json").read_text())["diagnostic"]
+    assert rule["predicts_below_probe"] is True and rule["estimate"] < 0.2 < rule["threshold"]
+    assert f"{rule['estimate']:.2f} < 0.50" in warned[0]
+    # before writing: a write that fails comes after the warning line, and nothing is written
+    with monkeypatch.context() as mp:
+        mp.setattr(cli_transfer, "write_full", lambda *a, **k: (_ for _ in ()).throw(ValueError("disk full")))
+        code, err = _cli(capsys, "transfer", *plain, *extra, "--out", "out2")
+    assert code == 2 and "warning" in err[0] and "disk full" in err[-1] and not Path("out2").exists(), err
+    # --diagnose says the same on stdout and in diagnosis.json
+    main(["transfer", *plain, *extra, "--diagnose", "--out", "diag"])
+    said = capsys.readouterr().out
+    assert "warning: the transfer is expected to score below the target's own accuracy" in said
+    diag = json.loads(Path("diag/diagnosis.json").read_text())["diagnostic"]
+    assert diag["predicts_below_probe"] is True and diag["estimate"] == pytest.approx(rule["estimate"], rel=1e-9)
+
+
+def test_a_method_without_maps_records_no_diagnostic_and_transfusion_binds_the_loaded_bases(plain, capsys):
+    extra = _permuted_target_and_rows(independent_target_rows=False)
+    code, err = _cli(capsys, "transfer", *plain, *extra, "--method", "transfusion", "--out", "out")
+    assert code == 0 and err == [], err
+    assert json.loads(Path("out/report.json").read_text())["diagnostic"] is None
+    assert _error_to_truth("out") < 1e-6  # the weight matching found B's permutation of A's hidden units

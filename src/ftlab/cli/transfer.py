@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 import warnings
 from pathlib import Path
@@ -174,11 +175,15 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
       adapter_model.safetensors
       task_vector.safetensors  tau_B itself (full output; apply another alpha later)
       report.json              per layer: map shapes, ranks, norms (with --diagnostics: CKA and
-                               alignment residuals); time and peak memory
+                               alignment residuals); time and peak memory; "diagnostic": the
+                               estimated share of the task vector that carries over and ftlab's rule
 
-    Nothing is written unless the whole transfer succeeds. With --diagnose, nothing is transferred:
-    diagnosis.json holds per layer the alignment of A and B and an estimate of the share of the task
-    vector that will carry over (see docs/transfer.md, "Before trusting a transfer").
+    Nothing is written unless the whole transfer succeeds. When ftlab's rule expects the transfer
+    to score below the target's own accuracy at alpha = 1 (estimated carried share below its
+    threshold), one warning line goes to stderr before anything is written; the transfer goes on.
+    With --diagnose, nothing is transferred: diagnosis.json holds per layer the alignment of A and
+    B, an estimate of the share of the task vector that will carry over and the rule's verdict
+    (see docs/transfer.md, "Before trusting a transfer").
 
     \b
     Examples:
@@ -231,6 +236,19 @@ def _input_paths(a: dict, values: dict) -> dict[str, str]:
     return out
 
 
+def _expectation(fit):
+    """ftlab's rule (:func:`ftlab.transfer.diagnose.expectation`) on a finished fit or a diagnosis, read off the
+    fit's own statistics (no second pass); None where it has nothing to read: a method that fits no maps (naive,
+    transfusion) or a zero task vector (no finite estimate)."""
+    from ftlab.transfer.diagnose import Diagnosis, diagnosis_from_result, expectation
+
+    if not isinstance(fit, Diagnosis):
+        if not fit.pairs:
+            return None
+        fit = diagnosis_from_result(fit)
+    return expectation(fit) if math.isfinite(fit.estimate) else None
+
+
 def _run(a: dict, m, opts, values: dict) -> None:
     """Load, calibrate and fit, then write (the body of ``ftlab transfer``)."""
     import torch
@@ -253,6 +271,8 @@ def _run(a: dict, m, opts, values: dict) -> None:
                                                                 trust_remote_code=trust)
         B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
                        trust_remote_code=trust)
+    if callable(getattr(m, "bind", None)):
+        m = m.bind(A, B)  # a method that matches the two bases' weights (transfusion)
     cal = calibration_data(values, source_folder=a["source_arch"] or a["source_base"],
                            target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
     if m.calibration is not None and cal is None:
@@ -269,9 +289,12 @@ def _run(a: dict, m, opts, values: dict) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RankWarning)  # the ranks are in diagnosis.json, layer by layer
             diag = diagnose(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
+        rule = _expectation(diag)
         write_diagnosis(out, {"ftlab_version": __version__, "inputs": inputs, **diag.report(),
-                              "total_time_s": time.perf_counter() - t0})
+                              "diagnostic": rule.record() if rule else None, "total_time_s": time.perf_counter() - t0})
         click.echo(diag.summary())
+        if rule is not None:
+            click.echo(rule.message())
         click.echo(f"ftlab transfer --diagnose: wrote {out}/diagnosis.json")
         return
     with warnings.catch_warnings():
@@ -279,8 +302,12 @@ def _run(a: dict, m, opts, values: dict) -> None:
         res = fit_transfer(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
     tv = res.task_vector
     notes = [f.note for pair in res.fits.values() for f in {id(x): x for x in pair if x is not None}.values() if f.note]
+    rule = _expectation(res)
+    if rule is not None and rule.below:  # said before anything is written; the transfer goes on
+        click.echo(f"ftlab transfer: {rule.message()}", err=True)
     report = {"ftlab_version": __version__, "inputs": inputs, "alpha": a["alpha"], "out_format": fmt, **res.report(),
-              "rank_notes": notes, "total_time_s": time.perf_counter() - t0}
+              "diagnostic": rule.record() if rule else None, "rank_notes": notes,
+              "total_time_s": time.perf_counter() - t0}
     target_folder = a["target_base"] if Path(a["target_base"]).is_dir() else None
     if fmt == "lora":
         files, lora = write_lora_output(out, tau=tv, target=B, max_rank=a["lora_rank"], report=report,

@@ -26,13 +26,17 @@ two target layers counts twice) and ``tau_A -> zeroed`` the part B's zeroed para
 receive (position embeddings and the like: not carried). ``estimate_cka`` is the same with linear
 CKA in place of ``rho``. Both are 1 for an exact re-coding of the source (a permuted copy).
 
-**Where a transfer is expected to harm** (ftlab's rule, :func:`expectation`). A transfer whose ``estimate`` is
-below :data:`BELOW_TARGET_ESTIMATE` is expected to leave the target *below its own accuracy* (before any
-fine-tuning) at ``alpha = 1``; :meth:`Expectation.message` says so in one line and names the layers that carry the
-most of the task vector with the least alignment. The threshold is the one that misclassified the fewest recorded
-cells of ftlab's transfer benchmark (:func:`fit_threshold`; docs/transfer-benchmark.md gives the cells, the error
-rate on the pairs used to set it and on the pairs kept apart). It is a heuristic for the kinds of pairs benchmarked,
-not a guarantee.
+**Where a transfer is expected to harm** (ftlab's rule, not the BiCo paper's; :func:`expectation`). A transfer whose
+``estimate`` is below a threshold is expected to leave the target *below its own accuracy* (the target base read
+through its head or linear probe, before any transfer) at ``alpha = 1``; :meth:`Expectation.message` says so in one
+line and names the layers that carry the most of the task vector with the least alignment, and
+:meth:`Expectation.record` is the JSON form (``ftlab transfer`` writes it into ``report.json`` as ``diagnostic``).
+The rule reads only the fit's own alignment: it knows neither the task nor the target's accuracy on it. The library's
+default threshold, :data:`BELOW_TARGET_ESTIMATE` = 0.5, was fixed before any recorded run (below one half: most of
+the task vector is expected lost). ftlab's transfer benchmark fits the threshold that misclassifies the fewest
+*validation* cells of its vision pairs and controlled ViTs (:func:`fit_threshold`) and reports, beside the default,
+how both score on the test cells of the text pairs, which did not set it (docs/transfer-benchmark.md). It is a
+heuristic for the kinds of pairs benchmarked, not a guarantee.
 """
 
 from __future__ import annotations
@@ -48,12 +52,15 @@ from ftlab.transfer.api import fit_transfer
 from ftlab.transfer.methods import Method
 from ftlab.transfer.options import TransferOptions
 
-__all__ = ["BELOW_TARGET_ESTIMATE", "Diagnosis", "Expectation", "diagnose", "diagnosis_from_result", "expectation",
-           "fit_threshold"]
+__all__ = ["BELOW_TARGET_ESTIMATE", "RULE_BASIS", "Diagnosis", "Expectation", "diagnose", "diagnosis_from_result",
+           "expectation", "fit_threshold"]
 
 #: Below this estimated carried share, a transfer at alpha = 1 is expected to score below the target's own accuracy
-#: (ftlab's rule; calibrated on the recorded benchmark cells, see the module docstring).
+#: (ftlab's rule; fixed before any recorded run, checked against the benchmark's cells: see the module docstring).
 BELOW_TARGET_ESTIMATE = 0.5
+
+#: What the rule's verdict rests on, said with it (the rule sees the fit, not the task).
+RULE_BASIS = "ftlab's rule on this fit's layer alignment, not a measurement on the task"
 
 
 def _num(x) -> float:
@@ -165,13 +172,19 @@ class Expectation:
     layers: tuple[str, ...] = ()
 
     def message(self) -> str:
-        """One line for a terminal."""
+        """One line for a terminal: the verdict, the estimate against the threshold, what it rests on."""
         where = f"; least aligned where the task vector sits: {', '.join(self.layers)}" if self.layers else ""
         if self.below:
-            return (f"warning: the transfer is expected to score below the target's own accuracy (estimated carried "
-                    f"share {self.estimate:.2f} < {self.threshold:.2f}){where}")
-        return (f"the transfer is not expected to fall below the target's own accuracy (estimated carried share "
-                f"{self.estimate:.2f} >= {self.threshold:.2f})")
+            return (f"warning: the transfer is expected to score below the target's own accuracy at alpha = 1 "
+                    f"(estimated carried share {self.estimate:.2f} < {self.threshold:.2f}; {RULE_BASIS}){where}")
+        return (f"the transfer is not expected to fall below the target's own accuracy at alpha = 1 (estimated carried "
+                f"share {self.estimate:.2f} >= {self.threshold:.2f}; {RULE_BASIS})")
+
+    def record(self) -> dict:
+        """JSON-ready: ``estimate``, ``threshold``, ``predicts_below_probe`` (the verdict: below the target's own
+        accuracy through its head or probe), ``least_aligned`` (target layers) and ``based_on``."""
+        return {"estimate": self.estimate, "threshold": self.threshold, "predicts_below_probe": self.below,
+                "least_aligned": list(self.layers), "based_on": RULE_BASIS}
 
 
 def expectation(diagnosis, *, threshold: float = BELOW_TARGET_ESTIMATE, top: int = 3) -> Expectation:
