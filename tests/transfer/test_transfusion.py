@@ -15,9 +15,10 @@ from ftlab.transfer.methods import method_info
 from ftlab.transfer.methods.transfusion import PermutationSpec, infer_permutation_spec, match_weights
 
 
-def _vit(seed: int = 0) -> ViT:
+def _vit(seed: int = 0, **changes) -> ViT:
     torch.manual_seed(seed)
-    m = ViT(ViTConfig(image_size=8, patch=4, channels=1, width=16, depth=2, heads=4, mlp_ratio=2, n_classes=3))
+    shape = {"width": 16, "depth": 2, "heads": 4, "mlp_ratio": 2} | changes
+    m = ViT(ViTConfig(image_size=8, patch=4, channels=1, n_classes=3, **shape))
     with torch.no_grad():  # trained-looking weights: LayerNorm gains and biases away from 1 and 0
         for p in m.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -128,3 +129,31 @@ def test_unbound_unequal_and_unknown_models_are_refused():
     with pytest.raises(ValueError, match="cannot be split"):
         PermutationSpec({"w": ("s", None)}, {"s": ("g", 2)}).sizes({"w": torch.zeros(3, 3)})
     assert "2505.22697" in method_info("transfusion").reference
+
+
+@pytest.mark.parametrize("source, target, named", [
+    ({}, {"heads": 2}, "space 'b0.qk' is split into 4 heads in the source and 2 in the target"),  # equal shapes
+    ({}, {"depth": 3}, "the source has no 'blocks.2."),
+    ({"depth": 3}, {}, "the target has no 'blocks.2."),
+    ({}, {"mlp_ratio": 4}, "space 'b0.mlp' (axis 0 of 'blocks.0.mlp.fc1.weight') has 64 coordinates in the target "
+                           "and 32"),
+    ({}, {"width": 24}, "space 'res' (axis 0 of 'patch_embed.weight') has 24 coordinates in the target and 16"),
+])
+def test_unequal_vits_are_refused_in_one_line_naming_the_mismatch(source, target, named):
+    """Every architecture difference is refused when the method is bound, before any matching, even one (a
+    different head count) under which every parameter keeps its shape."""
+    with pytest.raises(ValueError) as err:
+        get_method("transfusion").bind(_vit(0, **source), _vit(1, **target))
+    msg = str(err.value)
+    assert named in msg and "\n" not in msg and msg.startswith("transfusion needs equal architectures, but "), msg
+
+
+def test_unequal_stacks_are_refused_naming_the_space():
+    narrow = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
+    wide = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.raises(ValueError, match=r"space 'h0' \(axis 0 of '0.weight'\) has 8 coordinates in the target and 6 "
+                                         "in the source"):
+        get_method("transfusion").bind(narrow, wide)
+    other_input = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 2))  # an axis in no space
+    with pytest.raises(ValueError, match=r"'0.weight' is \(6, 5\) in the target and \(6, 4\) in the source"):
+        get_method("transfusion").bind(narrow, other_input)

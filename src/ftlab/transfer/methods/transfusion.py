@@ -213,6 +213,12 @@ def permute(t: torch.Tensor, spaces: tuple[str | None, ...], perms: Mapping[str,
     return t
 
 
+def _head_blocks(t: torch.Tensor, ax: int, n: int) -> torch.Tensor:
+    """``t`` as ``n`` head blocks along axis ``ax``: shape ``(n, t.shape[ax] / n, rest)``, float64."""
+    m = t.movedim(ax, 0).reshape(t.shape[ax], -1).double()
+    return m.reshape(n, m.shape[0] // n, -1)
+
+
 def _head_costs(spec: PermutationSpec, group: str, a: Mapping[str, torch.Tensor],
                 b: Mapping[str, torch.Tensor]) -> np.ndarray:
     """``cost[h_b, h_a]``: summed distance of the singular values of the heads' weight blocks (matrices only)."""
@@ -224,12 +230,8 @@ def _head_costs(spec: PermutationSpec, group: str, a: Mapping[str, torch.Tensor]
         for name, ax in spaces[s]:
             if a[name].ndim < 2:
                 continue
-
-            def blocks(t: torch.Tensor) -> torch.Tensor:
-                m = t.movedim(ax, 0).reshape(t.shape[ax], -1).double()  # noqa: B023
-                return m.reshape(n, m.shape[0] // n, -1)  # noqa: B023
-
-            sa, sb = torch.linalg.svdvals(blocks(a[name])), torch.linalg.svdvals(blocks(b[name]))
+            sa = torch.linalg.svdvals(_head_blocks(a[name], ax, n))
+            sb = torch.linalg.svdvals(_head_blocks(b[name], ax, n))
             c = torch.cdist(sb, sa).numpy()
             cost = c if cost is None else cost + c
     if cost is None:
@@ -279,13 +281,7 @@ def match_weights(spec: PermutationSpec, source: Mapping[str, torch.Tensor], tar
     Returns the permutations and the number of sweeps run."""
     source = {k: v.detach().cpu() for k, v in source.items()}
     target = {k: v.detach().cpu() for k, v in target.items()}
-    sizes = spec.sizes(source)
-    if spec.sizes(target) != sizes:
-        raise ValueError("transfusion needs equal architectures: the two models' spaces differ in size")
-    for k in source:
-        if k in target and tuple(source[k].shape) != tuple(target[k].shape):
-            raise ValueError(f"transfusion needs equal shapes, but {k!r} is {tuple(target[k].shape)} in the target "
-                             f"and {tuple(source[k].shape)} in the source")
+    sizes = _check_equal_sizes(spec, source, target)
     perms = {s: torch.arange(n) for s, n in sizes.items()}
     groups = dict.fromkeys(g for g, _ in spec.heads.values())
     head_map = {g: _assign(_head_costs(spec, g, source, target), maximize=False) for g in groups}
@@ -303,6 +299,37 @@ def match_weights(spec: PermutationSpec, source: Mapping[str, torch.Tensor], tar
         if not changed:
             break
     return perms, sweeps
+
+
+def _check_equal_sizes(spec: PermutationSpec, source: Mapping[str, torch.Tensor],
+                      target: Mapping[str, torch.Tensor]) -> dict[str, int]:
+    """``{space: size}`` of two models of equal architecture under ``spec``; otherwise a one-line ``ValueError``
+    naming the first space (with an entry holding it) or entry whose sizes differ."""
+    sizes, other = spec.sizes(source), spec.sizes(target)
+    for s, n in sizes.items():
+        if other[s] != n:
+            name, ax = spec.spaces()[s][0]
+            raise ValueError(f"transfusion needs equal architectures, but space {s!r} (axis {ax} of {name!r}) has "
+                             f"{other[s]} coordinates in the target and {n} in the source")
+    for k in source:
+        if k in target and tuple(source[k].shape) != tuple(target[k].shape):
+            raise ValueError(f"transfusion needs equal architectures, but {k!r} is {tuple(target[k].shape)} in the "
+                             f"target and {tuple(source[k].shape)} in the source")
+    return sizes
+
+
+def _check_same_spec(source: PermutationSpec, target: PermutationSpec) -> None:
+    """The specs inferred from the two bases must name the same entries and split the same spaces into the same
+    number of heads; otherwise a one-line ``ValueError`` naming the first difference."""
+    for mine, theirs, where in ((source, target, "target"), (target, source, "source")):
+        missing = next((k for k in mine.axes if k not in theirs.axes), None)
+        if missing is not None:
+            raise ValueError(f"transfusion needs equal architectures, but the {where} has no {missing!r}")
+    for s, (_, n) in source.heads.items():
+        m = target.heads.get(s, ("", 1))[1]
+        if m != n:
+            raise ValueError(f"transfusion needs equal architectures, but space {s!r} is split into {n} heads in the "
+                             f"source and {m} in the target")
 
 
 # ---------------------------------------------------------------------------------------- method
@@ -364,15 +391,21 @@ class TransFusion:
         self._spec = spec
 
     def bind(self, source_base: nn.Module, target_base: nn.Module, spec: PermutationSpec | None = None) -> TransFusion:
-        """A copy of this method holding both bases' weights (and ``spec``, inferred from the source by default)."""
+        """A copy of this method holding both bases' weights (and ``spec``, inferred from the source by default).
+
+        Unequal architectures (entries, head counts or sizes that differ) are a one-line ``ValueError`` naming the
+        first difference."""
         for what, m in (("source_base", source_base), ("target_base", target_base)):
             if not isinstance(m, nn.Module):
                 raise TypeError(f"{what} must be a torch.nn.Module, got {type(m).__name__}")
-        spec = infer_permutation_spec(source_base) if spec is None else spec
+        if spec is None:
+            spec = infer_permutation_spec(source_base)
+            _check_same_spec(spec, infer_permutation_spec(target_base))
         if not isinstance(spec, PermutationSpec):
             raise TypeError(f"spec must be a PermutationSpec, got {type(spec).__name__}")
         a = {k: v.detach().cpu().clone() for k, v in _entries(source_base).items()}
         b = {k: v.detach().cpu().clone() for k, v in _entries(target_base).items()}
+        _check_equal_sizes(spec, a, b)
         return TransFusion(self.options, name=self.name, weights=(a, b), spec=spec)
 
     def requirements(self, point: Point) -> Requirements:
