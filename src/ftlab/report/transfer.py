@@ -58,7 +58,8 @@ TEXT = {
         "task vector that carries over from the Procrustes similarity of each layer's statistics, weighted by where "
         "the task vector sits (ftlab's estimator). ftlab's rule (`ftlab.transfer.diagnose.expectation`) expects a "
         "transfer below the target's own accuracy at α = 1 when the estimate is below a threshold, set on the "
-        "controlled ViT cells and judged on the real pairs, which did not set it. {rule_text}"),
+        "validation cells of the EfficientNet-Lite pairs and the controlled ViTs and judged on the test cells of the "
+        "text pairs, which did not set it. {rule_text}"),
     "layers": (
         "### Where the task vector sits and how well the bases align (BiCo's fit, 100 samples)\n\nMedians over the "
         "layers of each fifth of the target's depth, over tasks and seeds, of the Procrustes similarity "
@@ -190,7 +191,7 @@ def rule_markdown(rule: dict, ranking: dict) -> str:
 
     text = (f"Threshold set on the design cells: **{rule['fitted']:.3f}** (library default "
             f"`BELOW_TARGET_ESTIMATE = {rule['library']:.3f}`). " + "; ".join(
-                [part("design cells", rule["design"]), part("cells kept apart (real pairs)", rule["held_out"]),
+                [part("design cells", rule["design"]), part("cells kept apart (text pairs)", rule["held_out"]),
                  part("all cells with the library's threshold", rule["all_library"])]) + ".")
     if ranking.get("rho") is not None:
         text += (f" The estimate ranks the {ranking['n']} (setting, task) cells by BiCo's gain with Spearman ρ = "
