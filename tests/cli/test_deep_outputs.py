@@ -219,3 +219,45 @@ def test_vision_sizes_and_seeds_are_refused_before_any_work(tmp_path, capsys, ar
     if "1000000" in args:  # one line, naming the parameter and what to do
         assert len(err) == 1 and "GiB of memory" in err[0] and "reduce --width" in err[0]
     assert not (tmp_path / "runs").exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize("part", ["vision", "modular"])
+def test_a_failed_rerun_of_a_part_keeps_its_earlier_tables_claims_and_figures(tmp_path, capsys, monkeypatch,
+                                                                              deep_tables, part):
+    """`ftlab deep vision|modular` on planted sweep results (no training): the sweep stores stay in --out, the tables,
+    claims and figures are one set; a rerun that fails at a figure leaves the earlier set as it was."""
+    import pandas as pd
+
+    from ftlab.experiments.deep_claims import modular as Mo
+    from ftlab.experiments.deep_claims import vision as V
+
+    out = tmp_path / "run"
+    elr = pd.DataFrame({"arch": ["nf_resnet18"], "knob": ["kappa"], "when": ["init"], "value": [0.25]})
+    monkeypatch.setattr(V, "elr_table", lambda proto, grid: elr)
+
+    def run(shift: float) -> tuple[int, list[str]]:
+        tables = deep_tables(shift, seeds=(0, 1))[0 if part == "vision" else 1]
+
+        def sweep(proto, grid, where, **kw):
+            with open(where / f"{part}_ft.jsonl", "a") as fh:  # a sweep store: appended, kept
+                fh.write(f"{shift}\n")
+            return {k: v.copy() for k, v in tables.items()}
+
+        monkeypatch.setattr(V, "run_vision", sweep)
+        monkeypatch.setattr(Mo, "run_modular", sweep)
+        return _main(capsys, "deep", part, "--out", out, "--workers", "1", "--format", "json")
+
+    code, err = run(0.0)
+    assert code == 0, err
+    written = set(os.listdir(out))
+    assert {f"{part}_ft.csv", "claims.csv", "primaries.csv", "fig_primaries.png"} <= written
+    before = {k: v for k, v in _tree(out).items() if not k.endswith(".jsonl")}
+
+    def full(*args, **kw):
+        raise OSError(28, "No space left on device", "figure")
+
+    monkeypatch.setattr(G, "plot_accuracy" if part == "vision" else "plot_balancedness", full)
+    code, err = run(0.05)
+    assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert {k: v for k, v in _tree(out).items() if not k.endswith(".jsonl")} == before  # the earlier set, whole
+    assert (out / f"{part}_ft.jsonl").read_text() == "0.0\n0.05\n"
