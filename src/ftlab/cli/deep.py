@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 
 import click
 
 from ftlab.cli.output import emit, format_option
-from ftlab.core.results import output_lock
+from ftlab.core.results import staged_output
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _SHOW = ["level", "claim", "arch", "task", "knob", "when", "effect", "ci_low", "ci_high", "p_holm", "seeds", "verdict"]
@@ -24,6 +23,9 @@ def _seeds(value: str | None):
         raise ValueError(f"--seeds={value!r} is invalid: must be comma-separated integers, e.g. 0,1,2") from exc
     if not seeds:
         raise ValueError(f"--seeds={value!r} is invalid: give at least one seed")
+    for s in seeds:
+        if s < 0:  # the range of `ftlab reproduce --seed`
+            raise ValueError(f"--seeds={value!r}: seed {s} is out of range: must be an integer >= 0")
     return seeds
 
 
@@ -61,7 +63,8 @@ def _sweep_options(f):
                      help="Local worker processes (default: all cores).")(f)
     f = click.option("--seeds", default=None, help="Comma-separated evaluation seeds (default: the protocol's).")(f)
     f = click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-                     help="Folder for tables, checkpoints, figures and claims.csv (reruns resume).")(f)
+                     help="Folder for tables, checkpoints, figures and claims.csv (reruns resume; the tables, "
+                          "claims.csv and figures of a run replace the previous ones as a whole).")(f)
     f = click.option("--full", is_flag=True, help="The full protocol (seeds chosen by power, full grids; docs/deep.md).")(f)
     return f
 
@@ -90,11 +93,24 @@ def vision(full, out, seeds, workers, scheduler, archs, width, fmt):
     proto = dataclasses.replace(proto, **changes)
     if seeds is not None:
         grid = dataclasses.replace(grid, seeds=_seeds(seeds))
-    with output_lock(out):  # a second run on the same --out is refused (reruns resume)
-        tables = run_vision_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
-        res = judge(out, tables, None, gamma_default=proto.gamma_default, geometry_at=proto.geometry_at,
+    _check_vision_memory(proto, workers, scheduler, width)
+    # locked (a second run on the same --out is refused); the sweep stores in OUT resume, the tables, claims and
+    # figures replace the previous ones as one output set
+    with staged_output(out, name="vision") as stage:
+        tables = run_vision_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler, tables_dir=stage)
+        res = judge(stage, tables, None, gamma_default=proto.gamma_default, geometry_at=proto.geometry_at,
                     stages=proto.stages)
     emit(_records(res.claims), fmt)
+
+
+def _check_vision_memory(proto, workers, scheduler, width) -> None:
+    """Refuse, before any work, a vision run whose networks and batches cannot fit in memory (naming --width)."""
+    from ftlab.core.validate import check_memory
+    from ftlab.experiments.deep_claims.pipeline import vision_memory
+
+    what = f"--width {proto.width}" + ("" if width is not None else " (the protocol's)")
+    check_memory(what, vision_memory(proto, workers=workers, scheduler=scheduler),
+                 hint="reduce --width or --workers")
 
 
 @deep.command(context_settings=_CTX)
@@ -118,16 +134,17 @@ def modular(full, out, seeds, workers, scheduler, whens, fmt):
         grid = dataclasses.replace(grid, whens=tuple(whens))
     if seeds is not None:
         grid = dataclasses.replace(grid, seeds=_seeds(seeds))
-    with output_lock(out):
-        tables = run_modular_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler)
-        res = judge(out, None, tables)
+    with staged_output(out, name="modular") as stage:  # as for `ftlab deep vision`
+        tables = run_modular_part(out, proto=proto, grid=grid, workers=workers, scheduler=scheduler, tables_dir=stage)
+        res = judge(stage, None, tables)
     emit(_records(res.claims), fmt)
 
 
 @deep.command(context_settings=_CTX)
-@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write claims.csv, primaries.csv and the figures here (default: FOLDER).")
+              help="Write claims.csv, primaries.csv and the figures here (default: FOLDER-recomputed, beside FOLDER; "
+                   "never FOLDER itself or a folder inside it).")
 @click.option("--level", type=click.Choice(["primary", "secondary", "ftlab", "all"]), default="all", show_default=True,
               help="Which rows to show: the primaries, the secondary rows, ftlab's own findings, or all.")
 @format_option
@@ -137,19 +154,19 @@ def claims(folder, out, level, fmt):
     \b
     FOLDER is a run folder or the compact per-seed tables of a recorded run (docs/deep-seeds:
     vision_ft.csv, vision_pt.csv, modular_ft.csv, modular_pt.csv; either part may be absent).
-    Writes OUT/claims.csv (primaries, then secondary rows, then ftlab's own findings),
-    OUT/primaries.csv (the declared tests) and the figures.
+    FOLDER is only read. Writes OUT/claims.csv (primaries, then secondary rows, then ftlab's own
+    findings), OUT/primaries.csv (the declared tests) and the figures, as one whole: they replace
+    the previous ones of OUT together, and files of an earlier run that this one lacks are removed.
     Examples:
-      ftlab deep claims runs/vision --level primary
+      ftlab deep claims runs/vision --level primary      # writes runs/vision-recomputed
       ftlab deep claims docs/deep-seeds --out results/deep-recomputed
     """
     from ftlab.experiments.deep_claims.pipeline import verdicts_from_folder
 
-    target = folder if out is None else out
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    with output_lock(target) if target.is_dir() else contextlib.nullcontext():  # a missing folder: its own error
-        res = verdicts_from_folder(folder, out=out)
+    if out is None:
+        place = folder.resolve()
+        out = place.parent / f"{place.name}-recomputed"
+    res = verdicts_from_folder(folder, out=out)
     emit(_records(res.claims if level == "all" else res.level(level)), fmt)
 
 

@@ -358,10 +358,6 @@ class Judgement:
     premise_missed: float = 0.0
     p_requires: float = math.nan
 
-    def interval(self, digits: int = 3) -> str:
-        """``"+0.012 [-0.003, +0.027]"``."""
-        return f"{self.effect:+.{digits}f} [{self.ci_low:+.{digits}f}, {self.ci_high:+.{digits}f}]"
-
 
 @dataclass(frozen=True)
 class Evidence:

@@ -9,7 +9,8 @@ it wrote to ``output_dir`` replace the previous ones together, only when the sec
 a section that fails, is skipped or is interrupted leaves an earlier complete one as it was (the
 report then says that the rerun failed) and its sweeps resume. ``report.md`` is re-assembled from
 every section file present, so running one section (``ftlab reproduce replica``) refreshes it
-without losing the others. A section whose real data are not installed says so instead of failing.
+without losing the others. A section whose real data are not installed (:class:`ftlab.data.DatasetMissing`) says so and is
+skipped instead of failing.
 
 Each section module may declare ``FIGURES`` (its named figures); ``--figure`` names that no
 chosen section declares are refused before anything runs. While a report runs, its output folder
@@ -46,10 +47,6 @@ SECTIONS: dict[str, tuple[str, str]] = {
 
 #: What ``--full`` means, the same words in the README, ``ftlab --help`` and ``ftlab reproduce --help``.
 FULL_SCALE = "larger runs (about 2 hours per section on 2 cores), still far below the papers' scale"
-
-
-class DataUnavailable(RuntimeError):
-    """A section's real dataset or weights are not installed; the message says how to get them."""
 
 
 @dataclass(frozen=True)
@@ -170,10 +167,11 @@ def _one_line(exc: BaseException) -> str:
 def _section_body(ctx: ReportContext, n: str) -> tuple[str, str]:
     """The Markdown body and status of one run of section ``n``."""
     from ftlab.core.usercode import culprit
+    from ftlab.data import DatasetMissing
 
     try:
         return _load(n)(ctx), "ok"
-    except DataUnavailable as exc:
+    except DatasetMissing as exc:  # the section's real data or weights are not installed: the message says how
         return f"*Skipped: {exc}*\n", f"skipped: {exc}"
     except Exception as exc:  # noqa: BLE001 - a failing section must not lose the others
         log.info("section %s failed", n, exc_info=True)

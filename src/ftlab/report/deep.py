@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from ftlab.experiments.deep_claims.figures import FIGURES
-from ftlab.report import DataUnavailable, ReportContext
+from ftlab.report import ReportContext
 
 __all__ = ["FIGURES", "primaries_markdown", "quick_banner", "rows_markdown", "run", "sentence"]
 
@@ -124,26 +124,26 @@ def _figure(ctx: ReportContext, out, rel, name: str, caption: str) -> list[str]:
 
 
 def run(ctx: ReportContext) -> str:
-    from ftlab.data import DatasetMissing
+    """Run the deep study and return the section's Markdown: sweep stores and checkpoints in
+    ``ctx.section_dir("deep")`` (a rerun resumes), tables, verdicts and figures in ``ctx.output_dir("deep")``
+    (they replace an earlier section's only when this one finishes)."""
     from ftlab.experiments.deep_claims import modular as M
     from ftlab.experiments.deep_claims import vision as V
     from ftlab.experiments.deep_claims.claims import PAPER, primaries_table
     from ftlab.experiments.deep_claims.pipeline import judge, run_modular_part, run_vision_part
 
-    out = ctx.section_dir("deep")
+    stores, out = ctx.section_dir("deep"), ctx.output_dir("deep")  # sweep stores resume; tables and figures are staged
     vproto, vgrid = V.FULL if ctx.full else V.QUICK
     mproto, mgrid = M.FULL if ctx.full else M.QUICK
     if ctx.seed:
         vgrid = dataclasses.replace(vgrid, seeds=tuple(ctx.seed + s for s in vgrid.seeds))
         mgrid = dataclasses.replace(mgrid, seeds=tuple(ctx.seed + s for s in mgrid.seeds))
-    try:
-        vis = run_vision_part(out, proto=vproto, grid=vgrid, workers=ctx.workers, scheduler=ctx.scheduler)
-    except DatasetMissing as exc:
-        raise DataUnavailable(str(exc)) from exc
-    mod = run_modular_part(out, proto=mproto, grid=mgrid, workers=ctx.workers, scheduler=ctx.scheduler)
+    kw = dict(workers=ctx.workers, scheduler=ctx.scheduler, tables_dir=out)
+    vis = run_vision_part(stores, proto=vproto, grid=vgrid, **kw)  # DatasetMissing: the report skips the section
+    mod = run_modular_part(stores, proto=mproto, grid=mgrid, **kw)
     res = judge(out, vis, mod, gamma_default=vproto.gamma_default, geometry_at=vproto.geometry_at,
                 stages=vproto.stages, figures=ctx.figures)
-    table, rel = res.claims, out.relative_to(ctx.out_dir)
+    table, rel = res.claims, "deep"
     md = [quick_banner(len(vgrid.seeds), len(mgrid.seeds)), ""] if not ctx.full else []
     md += [
         "Claims of Anguita et al. (2026, arXiv 2602.20062) on deep networks, tested at CPU scale "

@@ -15,7 +15,7 @@ import math
 import time
 from pathlib import Path
 
-from ftlab.report import DataUnavailable, ReportContext
+from ftlab.report import ReportContext
 
 __all__ = ["FIGURES", "TEXT", "check_data", "render", "run", "verdict_table"]
 
@@ -72,7 +72,8 @@ FIGURES = (("vision", "EfficientNet-Lite pairs", "vision"), ("text", "Text pairs
 
 
 def check_data(*, full: bool = False) -> list[str]:
-    """Raise :class:`DataUnavailable` (one line naming the package) if a dataset or required weights are missing.
+    """Raise :class:`ftlab.data.DatasetMissing` (one line naming the package) if a dataset or required weights are
+    missing (the report then skips the section and says why).
 
     Returns notes for optional pieces that are missing (all-mpnet-base-v2, which only ``--full`` uses).
     """
@@ -80,17 +81,14 @@ def check_data(*, full: bool = False) -> list[str]:
     from ftlab.data.text import load_wordnet_supersenses, minilm_l3_onnx_path, minilm_l6_path
     from ftlab.data.weights import efficientnet_lite_path, mpnet_part_paths
 
-    try:
-        load_fashion_mnist("test")
-        load_mnist("test")
-        load_digits("test")
-        load_wordnet_supersenses()
-        minilm_l6_path()
-        minilm_l3_onnx_path()
-        for v in ("lite0", "lite1", "lite2"):
-            efficientnet_lite_path(v)
-    except DatasetMissing as exc:
-        raise DataUnavailable(str(exc)) from exc
+    load_fashion_mnist("test")
+    load_mnist("test")
+    load_digits("test")
+    load_wordnet_supersenses()
+    minilm_l6_path()
+    minilm_l3_onnx_path()
+    for v in ("lite0", "lite1", "lite2"):
+        efficientnet_lite_path(v)
     notes = []
     if full:
         try:

@@ -28,7 +28,7 @@ TINY_M = (M.ModularProtocol(modulus=6, d_model=8, n_heads=2, d_mlp=8, lrs=(3e-3,
 
 
 @pytest.mark.usefixtures("tiny_images")
-def test_tiny_vision_and_modular_end_to_end(tmp_path):
+def test_tiny_vision_and_modular_end_to_end(tmp_path, tmp_path_factory):
     torch.set_num_threads(1)
     proto, grid = TINY_V
     tabs = run_vision_part(tmp_path, proto=proto, grid=grid, workers=1)
@@ -75,7 +75,7 @@ def test_tiny_vision_and_modular_end_to_end(tmp_path):
     for fig in ("fig_primaries", "fig_claim1_kappa", "fig_claim2_s", "fig_claim3_gamma", "fig_claim5_balancedness",
                 "fig_accuracy", "fig_geometry"):
         assert (tmp_path / fig).with_suffix(".png").exists(), fig
-    again = verdicts_from_folder(tmp_path, figures=())
+    again = verdicts_from_folder(tmp_path, out=tmp_path_factory.mktemp("again"), figures=())  # never into the run
     pd.testing.assert_frame_equal(again.claims, res.claims)
     # the compact tables recompute the same verdicts (floats kept to 5 significant digits)
     export_tables(tmp_path, tmp_path / "compact")

