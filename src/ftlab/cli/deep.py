@@ -141,7 +141,7 @@ def modular(full, out, seeds, workers, scheduler, whens, fmt):
 
 
 @deep.command(context_settings=_CTX)
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write claims.csv, primaries.csv and the figures here (default: FOLDER-recomputed, beside FOLDER; "
                    "never FOLDER itself or a folder inside it).")
