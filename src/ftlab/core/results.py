@@ -188,16 +188,27 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def read_json_object(path: str | os.PathLike, *, role: str = "", hint: str = "") -> dict:
+    """The JSON object stored in ``path`` (a file ftlab reads but does not trust: configs, sidecars,
+    manifests). A file that cannot be read, is not UTF-8 JSON or holds something other than an object
+    raises a one-line ``ValueError`` naming it (prefixed by ``role``, e.g. ``"target base"``, and
+    followed by ``hint``, e.g. ``"delete it"``)."""
+    head = f"{role}: {path}" if role else f"{path}"
+    tail = f": {hint}" if hint else ""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{head}: not valid JSON ({_first_line(exc)}){tail}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{head}: expected a JSON object, got {type(obj).__name__}{tail}")
+    return obj
+
+
 def _read_meta(side: Path) -> dict:
     """A table's sidecar as a dict (``{}`` if there is none); ``ValueError`` naming the file otherwise."""
     if not side.exists():
         return {}
-    try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{side}: not valid JSON ({_first_line(exc)})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{side}: expected a JSON object, got {type(meta).__name__}")
+    meta = read_json_object(side)
     if not isinstance(meta.get("params", {}), dict):
         raise ValueError(f"{side}: field 'params' must be a JSON object, got {type(meta['params']).__name__}")
     return meta
@@ -420,16 +431,6 @@ def _recover(place: Path) -> None:
             _manifest_files(place / name)  # a damaged manifest is refused now, before any work
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable {what} ({_first_line(exc)}): delete it") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path}: not a {what} (a JSON object is expected): delete it")
-    return obj
-
-
 def _name_list(obj: dict, field: str, path: Path, folder: Path, what: str) -> list[str]:
     names = obj.get(field)
     if not isinstance(names, list):
@@ -445,13 +446,13 @@ def _manifest_files(manifest: Path) -> list[str]:
     """The files of the output set described by ``manifest`` (``[]`` if it does not exist)."""
     if not os.path.lexists(manifest):
         return []
-    return _name_list(_read_json(manifest, "ftlab output manifest"), "files", manifest, manifest.parent,
-                      "ftlab output manifest")
+    obj = read_json_object(manifest, role="ftlab output manifest", hint="delete it")
+    return _name_list(obj, "files", manifest, manifest.parent, "ftlab output manifest")
 
 
 def _read_plan(commit: Path) -> dict:
     path = commit / _PLAN
-    plan = _read_json(path, "ftlab commit plan")
+    plan = read_json_object(path, role="ftlab commit plan", hint="delete it")
     return {f: _name_list(plan, f, path, commit.parent, "ftlab commit plan") for f in ("files", "remove")}
 
 

@@ -163,13 +163,9 @@ def image_preprocessing(folder: str | os.PathLike | None, *, size: int | None = 
     """A model's preprocessing: flags first, then its folder's ``preprocessor_config.json``, then ImageNet's defaults."""
     cfg: dict = {}
     if folder is not None and (Path(folder) / "preprocessor_config.json").is_file():
-        path = Path(folder) / "preprocessor_config.json"
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not readable JSON ({exc})") from None
-        if not isinstance(cfg, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+        from ftlab.core.results import read_json_object
+
+        cfg = read_json_object(Path(folder) / "preprocessor_config.json")
     side = cfg.get("size")
     if isinstance(side, dict):
         side = side.get("height") or side.get("shortest_edge")

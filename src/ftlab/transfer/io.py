@@ -20,7 +20,6 @@ the role (``"target base: ..."``).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -60,13 +59,9 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _weight_map(index: Path) -> dict[str, str]:
-    try:
-        obj = json.loads(index.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{index}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{index}: expected a JSON object, got {type(obj).__name__}")
-    weight_map = obj.get("weight_map")
+    from ftlab.core.results import read_json_object
+
+    weight_map = read_json_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ValueError(f"{index}: field 'weight_map' is missing or empty (it maps tensor names to shard files)")
     return weight_map
@@ -138,12 +133,9 @@ def _read_config(folder: Path, role: str, trust_remote_code: bool) -> None:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{role}: architecture folder {str(folder)!r} has no config.json")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{role}: {path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{role}: {path}: expected a JSON object, got {type(config).__name__}")
+    from ftlab.core.results import read_json_object
+
+    config = read_json_object(path, role=role)
     if "auto_map" in config and not trust_remote_code:
         raise ValueError(f"{role}: {path}, field 'auto_map': the folder asks to run Python code of its own; ftlab "
                          "does not run a model folder's code unless told to (--trust-remote-code, which runs it)")

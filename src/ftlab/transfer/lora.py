@@ -73,13 +73,10 @@ class LoraAdapter:
 
 
 def _read_config(folder: Path) -> dict:
+    from ftlab.core.results import read_json_object
+
     path = folder / CONFIG
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON adapter config ({exc})") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path}: the adapter config must be a JSON object")
+    cfg = read_json_object(path)
     kind = cfg.get("peft_type")
     if kind != "LORA":
         raise ValueError(f"{path}: peft_type={kind!r}: ftlab reads LoRA adapters only (peft_type 'LORA')")
