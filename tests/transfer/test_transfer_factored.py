@@ -187,3 +187,44 @@ def test_diagnostics_from_kept_rows_equal_those_from_sums():
         for key in ("in_cka", "out_cka", "in_similarity", "out_similarity", "in_residual_fit", "out_residual_naive"):
             if key in a:
                 assert a[key] == pytest.approx(b[key], rel=1e-7, abs=1e-6), key  # sums lose ~1e-8 to cancellation
+
+
+def test_a_singular_pad_truncate_step_stays_factored_and_agrees_with_the_dense_path_where_the_map_is_unique(
+        monkeypatch):
+    """A's rows live on coordinates 0..59 and B's on 100..159: every direction the data fix in B is orthogonal to
+    all those fixed in A, so the closed-form pad/truncate step is singular (the completion is not unique there).
+    The factored solver then completes densely on the complements only; the map is orthogonal, fixes the same
+    directions as the dense path, and its determined part and completion counts are the dense path's."""
+    from ftlab.transfer.align import _rtol
+    from ftlab.transfer.factored import factored_solve, factors_of
+
+    g = torch.Generator().manual_seed(3)
+    d_a, d_b, n = 300, 320, 60
+    A, B = torch.zeros(n, d_a, dtype=DT), torch.zeros(n, d_b, dtype=DT)
+    Z = torch.randn(n, n, generator=g, dtype=DT)
+    A[:, :60] = Z @ torch.randn(n, 60, generator=g, dtype=DT)
+    B[:, 100:160] = Z @ torch.randn(n, 60, generator=g, dtype=DT)
+    stats = RowMoments(d_a, d_b)
+    stats.update(A, B)
+    F_A, F_B = factors_of(stats)
+    tol = _rtol(stats, d_a, d_b, None)
+    # the precondition: the closed form alone defers this map to the dense path
+    assert factored_solve(F_A, F_B, [("naive", None)], rank_tol=tol, n_max=n, rtol_of=lambda _: tol) is None
+    den = fit_map(stats, source="x", completion=[("naive", None)], solver="dense")
+    import ftlab.transfer.align as align
+
+    def no_dense(*a, **k):
+        raise AssertionError("the whole map was solved densely")
+
+    monkeypatch.setattr(align, "_dense", no_dense)  # the factored solve must not fall back to the full dense one
+    fac = fit_map(stats, source="x", completion=[("naive", None)], solver="factored")
+    assert isinstance(fac.R, torch.Tensor) and fac.rank == den.rank == 60
+    assert fac.completed == den.completed and fac.completed[0][0] == "naive"
+    torch.testing.assert_close(fac.R @ fac.R.T, torch.eye(d_a, dtype=DT), atol=1e-10, rtol=0)
+    U, _, Vh = torch.linalg.svd(stats.covariance())
+    V_det = Vh[:60].T  # the B directions the data fix: both maps send them to the same A directions
+    torch.testing.assert_close(fac.R @ V_det, den.R @ V_det, atol=1e-8, rtol=0)
+    # the pad/truncate map is unique where it is not singular: on A's coordinates 160..299, outside both data
+    # supports, both maps are the identity onto B's same coordinates
+    torch.testing.assert_close(fac.R[160:, 160:300], torch.eye(140, dtype=DT), atol=1e-10, rtol=0)
+    torch.testing.assert_close(den.R[160:, 160:300], torch.eye(140, dtype=DT), atol=1e-10, rtol=0)
