@@ -530,24 +530,7 @@ def _factored(stats, chain, *, center: bool, rank_rtol: float | None, da: int, d
     fac_chain = [(label, None if st is None else factors_of(st, center=center)) for label, st in chain]
     return factored_solve(F_A, F_B, fac_chain, rank_tol=_rtol(stats, da, db, rank_rtol),
                           n_max=max(stats.n - int(center), 0),
-                          rtol_of=lambda label: _rtol(tol_stats.get(label), da, db, rank_rtol),
-                          on_singular=lambda W_A, W_B, label: _complete_pad_truncate(W_A, W_B, label, rank_rtol))
-
-
-def _complement(W: torch.Tensor) -> torch.Tensor:
-    """An orthonormal basis of the orthogonal complement of the orthonormal columns ``W`` (``d x k``)."""
-    d, k = W.shape
-    if k == 0:
-        return torch.eye(d, dtype=W.dtype, device=W.device)
-    return torch.linalg.qr(W, mode="complete").Q[:, k:]
-
-
-def _complete_pad_truncate(W_A: torch.Tensor, W_B: torch.Tensor, label: str, rank_rtol: float | None):
-    """The dense pad/truncate step of the completion rule on the complements of ``W_A``, ``W_B`` (the
-    factored solver's fallback where its closed form is singular): the same step as the dense path's."""
-    da, db = W_A.shape[0], W_B.shape[0]
-    return _complete(_complement(W_A), _complement(W_B), ((label, None),), center=False, da=da, db=db,
-                     rank_rtol=rank_rtol)
+                          rtol_of=lambda label: _rtol(tol_stats.get(label), da, db, rank_rtol))
 
 
 def _dense(stats, chain, *, center: bool, whiten_p: float, eps: float, rank_rtol: float | None):

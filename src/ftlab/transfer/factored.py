@@ -19,11 +19,8 @@ completion rule of :mod:`ftlab.transfer.align` computes follows from ``n``-dimen
 The map is kept as ``R = N + L M^T`` (:class:`LowRankMap`, ``O((d_A + d_B) k)`` numbers) and applied
 in factored form: ``R_out^T tau R_in`` costs ``O(d_out d_in k)``, never a dense ``d x d`` map.
 When the closed form would divide by a singular value below ``1e-5`` (the pad/truncate map nearly
-orthogonal to what is left: directions the data fix on one side orthogonal to all those fixed on the
-other, where the completion is not unique), only that last step is done densely, on the orthogonal
-complements of the directions fixed so far: an SVD of ``(d_A - k) x (d_B - k)``, with the dense path's
-own pairing of what stays undetermined (``on_singular``; a caller without it gets ``None`` and solves
-the whole map densely).
+orthogonal to what is left), the solver returns ``None`` and the caller uses the dense path, which
+handles that case by the SVD's arbitrary pairing (as it always did).
 """
 
 from __future__ import annotations
@@ -172,24 +169,19 @@ def _naive_step(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[LowRa
 
 
 def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, rank_tol: float, n_max: int,
-                   rtol_of, on_singular=None) -> tuple[LowRankMap | torch.Tensor, int, torch.Tensor,
-                                                       list[tuple[str, int]]] | None:
+                   rtol_of) -> tuple[LowRankMap | torch.Tensor, int, torch.Tensor, list[tuple[str, int]]] | None:
     """The completed Procrustes map of ``C = F_A^T F_B`` in factored form.
 
     ``chain``: ``(label, (G_A, G_B) or None)`` -- the completion statistics' factors, ``None`` for the
     pad/truncate map (the chain must end with it); ``rank_tol``: relative singular-value tolerance of
     the primary statistic; ``n_max``: the rank cap (rows, minus one when centred); ``rtol_of(label)``:
-    the relative tolerance of a chain statistic. Where the closed-form pad/truncate step is singular,
-    ``on_singular(W_A, W_B, label)`` (the orthonormal directions fixed so far, ``d_A <= d_B``; the step's
-    label) returns the dense rest of the map on their orthogonal complements and its ``completed``
-    entries; without it the
-    function returns None and the dense path decides from scratch. Returns
-    ``(R, rank, singular values, completed)``, or None (see the module docstring).
+    the relative tolerance of a chain statistic. Returns ``(R, rank, singular values, completed)``, or
+    None when the dense path must decide (see the module docstring).
     """
     d_a, d_b = F_A.shape[1], F_B.shape[1]
     if d_a > d_b:  # a narrower target: solve the transposed problem
         got = factored_solve(F_B, F_A, chain=[(lab, None if f is None else (f[1], f[0])) for lab, f in chain],
-                             rank_tol=rank_tol, n_max=n_max, rtol_of=rtol_of, on_singular=on_singular)
+                             rank_tol=rank_tol, n_max=n_max, rtol_of=rtol_of)
         if got is None:
             return None
         R_t = got[0]
@@ -203,10 +195,7 @@ def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, ran
         if fac is None:
             step = _naive_step(W_A, W_B, rtol_of(None))
             if step is None:
-                if on_singular is None:
-                    return None
-                rest, more = on_singular(W_A, W_B, label)  # the dense step on the complements only
-                return W_A @ W_B.T + rest, r, s, used + list(more)
+                return None
             R, filled = step
             if filled:
                 used.append((label, filled))
