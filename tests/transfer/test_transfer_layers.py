@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transfer_helpers import perturbed
 
 from ftlab.core.stats import CrossMoments
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec, transfer
@@ -23,15 +24,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarnin
 def ce(model, batch):
     x, y = batch
     return F.cross_entropy(model(x), y)
-
-
-def perturbed(model, seed=3, scale=0.05):
-    out = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in out.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return out
 
 
 # -- stage-aware depth maps ---------------------------------------------------------------------------

@@ -13,20 +13,12 @@ import copy
 import pytest
 import torch
 from torch import nn
+from transfer_helpers import perturbed
 
 from ftlab.transfer import TaskVector, fit_transfer, transfer
 
 DT = torch.float64
 pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")
-
-
-def perturbed(model: nn.Module, seed: int, scale: float = 0.05) -> nn.Module:
-    out = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in out.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return out
 
 
 def batches(d_in: int, d_out: int, n: int = 4, rows: int = 32, seed: int = 0):

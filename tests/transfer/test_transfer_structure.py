@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from transfer_helpers import perturbed
 
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, get_method, transfer
 from ftlab.transfer.methods import FittedTransfer, list_methods, register
@@ -30,12 +31,7 @@ def mlp(seed, h=6):
 
 
 def shifted(model, seed, scale=0.1):
-    out = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in out.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return out
+    return perturbed(model, seed, scale)
 
 
 def data(n=3, rows=16, d=4, seed=0):

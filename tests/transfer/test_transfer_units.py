@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from transfer_helpers import perturbed
 
 from ftlab.core.stats import CrossMoments
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec, list_methods, search_alpha, transfer
@@ -29,12 +30,7 @@ def mlp(seed=0, h=6):
 
 
 def shifted(model, seed, scale=0.1):
-    out = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in out.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return out
+    return perturbed(model, seed, scale)
 
 
 def batches(n=4, seed=0):
