@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transfer_helpers import perturbed
 
 from ftlab.core.stats import CrossMoments
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec, transfer
 from ftlab.transfer.align import fit_map
 from ftlab.transfer.layer_map import build_layer_map, depth_map, stage_depth_map, stage_ids
+from transfer_helpers import perturbed
 
 torch.set_num_threads(1)
 DT = torch.float64

@@ -13,9 +13,9 @@ import copy
 import pytest
 import torch
 from torch import nn
-from transfer_helpers import perturbed
 
 from ftlab.transfer import TaskVector, fit_transfer, transfer
+from transfer_helpers import perturbed
 
 DT = torch.float64
 pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from transfer_helpers import perturbed
 
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, get_method, transfer
 from ftlab.transfer.methods import FittedTransfer, list_methods, register
 from ftlab.transfer.methods.procrustes import FittedMaps
 from ftlab.transfer.options import cli_fields
 from ftlab.transfer.spec import Rule
+from transfer_helpers import perturbed
 
 DT = torch.float64
 ROOT = Path(__file__).resolve().parents[2]

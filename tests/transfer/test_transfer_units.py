@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from transfer_helpers import perturbed
 
 from ftlab.core.stats import CrossMoments
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer, infer_spec, list_methods, search_alpha, transfer
@@ -18,6 +17,7 @@ from ftlab.transfer.align import RankWarning, align_tokens, fit_map, naive_map, 
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, depth_map, find_stacks, monotone_assignment
 from ftlab.transfer.spec import Rule
 from ftlab.transfer.transport import pad_truncate, transport
+from transfer_helpers import perturbed
 
 torch.set_num_threads(1)
 DT = torch.float64
