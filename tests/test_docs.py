@@ -17,13 +17,18 @@ def _reader_files() -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
-def test_no_reference_to_files_outside_the_repository():
+def _lines_matching(pattern: re.Pattern) -> list[str]:
+    """``file:line: text`` of every line of the reader's files that ``pattern`` finds."""
     bad = []
     for f in _reader_files():
         for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-            if OUTSIDE.search(line):
+            if pattern.search(line):
                 bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
-    assert bad == []
+    return bad
+
+
+def test_no_reference_to_files_outside_the_repository():
+    assert _lines_matching(OUTSIDE) == []
 
 
 def test_the_checker_would_catch_an_outside_reference():
@@ -55,12 +60,7 @@ HISTORY = re.compile(r"\bissues? ?#?\d+|\bitems? ?\d+\b|\bitem-\d+|\bthe issue'?
 
 
 def test_code_docs_and_report_never_speak_of_the_development():
-    bad = []
-    for f in _reader_files():
-        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-            if HISTORY.search(line):
-                bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
-    assert bad == []
+    assert _lines_matching(HISTORY) == []
 
 
 def test_the_checker_would_catch_the_development_vocabulary():

@@ -303,8 +303,8 @@ def load_mpnet_base(cache: str | os.PathLike | None = None):
     from transformers import AutoTokenizer, MPNetModel
 
     with _quiet_hf():
-        model = MPNetModel.from_pretrained(str(path), add_pooling_layer=False, local_files_only=True,
-                                           trust_remote_code=False)
+        model = MPNetModel.from_pretrained(str(path), trust_remote_code=False, add_pooling_layer=False,
+                                           local_files_only=True)
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     return model.eval(), tok
 
