@@ -175,12 +175,20 @@ def load_table(path: str | os.PathLike, *, columns: tuple[str, ...] = (), numeri
     for col in columns:
         if col not in df.columns:
             raise ValueError(f"{path}: column {col!r} is missing (columns: {', '.join(map(str, df.columns))})")
-    for col in numeric:
+    check_numeric(df, numeric, path)
+    return df, _read_meta(_sidecar(path))
+
+
+def check_numeric(df, columns, path) -> None:
+    """A ``ValueError`` naming ``path`` and the column when one of ``columns`` of ``df`` holds a value that is
+    not a number (missing values are allowed)."""
+    import pandas as pd
+
+    for col in columns:
         values = pd.to_numeric(df[col], errors="coerce")
         bad = df[col][values.isna() & df[col].notna()]
         if len(bad):
             raise ValueError(f"{path}: column {col!r} holds a value that is not a number ({bad.iloc[0]!r})")
-    return df, _read_meta(_sidecar(path))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ftlab.core.results import check_output_place, load_table, save_table, staged_output
+from ftlab.core.results import check_numeric, check_output_place, load_table, save_table, staged_output
 from ftlab.experiments.deep_claims import claims as C
 from ftlab.experiments.deep_claims import figures as G
 from ftlab.experiments.deep_claims import modular as M
@@ -185,9 +185,7 @@ def _read(folder: Path, name: str) -> tuple[pd.DataFrame, dict]:
     cols, numeric = REQUIRED[name]
     path = folder / f"{name}.csv"
     df, meta = load_table(path, columns=cols, numeric=numeric)
-    geometry = tuple(c for c in df.columns if str(c).startswith(_GEOMETRY))
-    if geometry:
-        load_table(path, numeric=geometry)
+    check_numeric(df, tuple(c for c in df.columns if str(c).startswith(_GEOMETRY)), path)
     return df, meta
 
 
