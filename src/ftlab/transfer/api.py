@@ -37,6 +37,7 @@ from ftlab.transfer.layer_map import LayerMap, build_layer_map, paired_stacks
 from ftlab.transfer.methods import FittedTransfer, Method, Statistics, get_method, method_info
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
+from ftlab.transfer.repair import StatisticsRepair, fit_repair
 from ftlab.transfer.spec import TransportSpec, infer_spec
 from ftlab.transfer.task_vector import TaskVector
 from ftlab.transfer.transport import as_vocab_map
@@ -56,7 +57,11 @@ class TransferResult:
     in ``timings`` (``calibration_s``: the forward-backward pass with capture and statistics;
     ``fit_s``: all map solves; ``apply_s``: transport); ``peak_rss_mb`` the process's peak resident
     memory so far (``VmHWM``); ``fitted`` the method's fitted transfer (``fitted.apply(tau)`` carries
-    another task vector of the same source base with the same maps, no new calibration).
+    another task vector of the same source base with the same maps, no new calibration); ``copy_weights`` the
+    weight of each target entry under ``options.copies`` (:meth:`~ftlab.transfer.layer_map.LayerMap.copy_weights`);
+    ``repair`` base B's calibration statistics when ``options.repair`` asks for a statistics repair (None
+    otherwise, or when B has no norm layer with running statistics). :meth:`model` builds ``B + alpha tau_B``
+    with the repair applied; :meth:`with_copies` gives ``tau_B`` under another copy rule without a new fit.
     """
 
     task_vector: TaskVector
@@ -73,6 +78,28 @@ class TransferResult:
     point_norms: dict = field(default_factory=dict)
     layer_stages: dict = field(default_factory=dict)
     fitted: FittedTransfer | None = None
+    copy_weights: dict = field(default_factory=dict, repr=False)
+    repair: StatisticsRepair | None = field(default=None, repr=False)
+    source_task_vector: TaskVector | None = field(default=None, repr=False)
+    layer_map_object: LayerMap | None = field(default=None, repr=False)
+
+    def with_copies(self, copies: str) -> TaskVector:
+        """``tau_B`` with a source layer that feeds several target layers shared by rule ``copies`` (``sum``,
+        ``split``, ``first``) instead of the fit's own, from the same fitted maps (no new calibration)."""
+        if self.fitted is None or self.source_task_vector is None or self.layer_map_object is None:
+            raise RuntimeError("this result keeps no fitted transfer to re-weight")
+        raw = self.fitted.apply(self.source_task_vector)
+        return _weighted(raw, self.layer_map_object.copy_weights(list(raw), copies))
+
+    def model(self, target_base: nn.Module, alpha: float = 1.0, *, task_vector: TaskVector | None = None,
+              repair: bool = True) -> nn.Module:
+        """``B + alpha tau_B`` as a new model (``target_base`` untouched), its norm statistics re-pinned when the
+        options asked for a repair (``repair=False``: not). ``task_vector`` replaces ``tau_B`` (e.g.
+        :meth:`with_copies`)."""
+        out = (task_vector if task_vector is not None else self.task_vector).apply(target_base, alpha)
+        if repair and self.repair is not None:
+            self.repair.apply_(out)
+        return out
 
     def layers(self) -> list[dict]:
         """One record per target capture point: map shapes, CKA, alignment residuals, delta norms."""
@@ -293,6 +320,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     lmap = _layer_map(source_base, target_base, opts, data, loss)
     problem = _problem(m, source_base, target_base, lmap, opts)
     m.check(tau_a, problem)
+    kept = data.keep_targets() if data is not None and opts.repair != "none" and m.calibration is not None else None
     t_cal = time.perf_counter()
     source = source_base if opts.source_stats == "base" else \
         (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
@@ -303,8 +331,12 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     fitted = m.prepare(problem, box.pop())
     t_apply = time.perf_counter()
     with stage("transport"):
-        tau_b = fitted.apply(tau_a)
-    timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": time.perf_counter() - t_apply}
+        weights = lmap.copy_weights(list(target_entries(target_base)), opts.copies)
+        tau_b = _weighted(fitted.apply(tau_a), weights)
+    t_repair = time.perf_counter()
+    repair = _repair(opts, target_base, data, kept)
+    timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": t_repair - t_apply,
+               "repair_s": time.perf_counter() - t_repair}
     pairs = dict(problem.pairs or {})
     source_norms = {"total": tau_a.norm()}
     if problem.target_spec is not None:
@@ -314,7 +346,31 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
         layer_map=lmap.as_dict(), pairs=pairs, fits=dict(fitted.fits), n_batches=n_batches,
         time_s=time.perf_counter() - t0, peak_rss_mb=peak_rss_mb(), source_norms=source_norms, timings=timings,
         point_norms=_point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {},
-        layer_stages=lmap.describe()["stages"], fitted=fitted)
+        layer_stages=lmap.describe()["stages"], fitted=fitted,
+        copy_weights={k: w for k, w in weights.items() if w != 1.0}, repair=repair, source_task_vector=tau_a,
+        layer_map_object=lmap)
+
+
+def _weighted(tau: TaskVector, weights: Mapping[str, float]) -> TaskVector:
+    """``tau`` with each entry multiplied by its weight (entries of weight 1 are kept as they are)."""
+    if all(weights.get(k, 1.0) == 1.0 for k in tau):
+        return tau
+    return TaskVector({k: v * weights.get(k, 1.0) if weights.get(k, 1.0) != 1.0 else v for k, v in tau.items()})
+
+
+def _repair(opts: TransferOptions, target: nn.Module, data: CalibrationData | None, kept: list | None
+            ) -> StatisticsRepair | None:
+    """Base B's statistics for the repair, from the target batches the calibration pass kept (or read here)."""
+    from ftlab.transfer.repair import running_norms
+
+    if opts.repair == "none" or not running_norms(target):
+        return None
+    if data is None:
+        log.warning("repair=%r: no calibration batches, so B's norm statistics are left as they are", opts.repair)
+        return None
+    batches = kept if kept else [bb for _, bb in data]
+    with stage("statistics repair"):
+        return fit_repair(target, batches, mode=opts.repair)
 
 
 def target_entries(model: nn.Module) -> dict[str, tuple[int, ...]]:

@@ -10,6 +10,7 @@ iterable: the head is kept and replayed, so one-shot iterators (generators) work
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -45,6 +46,13 @@ class CalibrationData:
         self.total: int | None = lengths[0] if len(lengths) == len(self._streams) else None
         self._it: Iterator | None = None
         self._head: list[tuple[Any, Any]] = []
+        self._kept: list[Any] | None = None
+
+    def keep_targets(self) -> list[Any]:
+        """A list that the next iteration fills with the target's batches as they pass (for a second use of them,
+        e.g. :mod:`ftlab.transfer.repair`); one-shot iterators are then read only once."""
+        self._kept = []
+        return self._kept
 
     def _pairs(self) -> Iterator[tuple[Any, Any]]:
         if len(self._streams) == 1:
@@ -65,8 +73,11 @@ class CalibrationData:
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         head, it = self._head, self._it if self._it is not None else self._pairs()
         self._head, self._it = [], None
-        yield from head
-        yield from it
+        kept, self._kept = self._kept, None
+        for pair in itertools.chain(head, it):
+            if kept is not None:
+                kept.append(pair[1])
+            yield pair
 
 
 def default_forward(model: nn.Module, batch) -> Any:

@@ -55,11 +55,16 @@ from torch import nn
 
 from ftlab.core.validate import check_choice, check_int
 
-__all__ = ["DEFAULT_DEPTH_RULE", "DEPTH_RULES", "DepthRule", "LayerMap", "Stack", "block_signatures", "build_layer_map",
-           "depth_map", "find_stacks", "join", "monotone_assignment", "paired_stacks", "stage_depth_map", "stage_ids"]
+__all__ = ["COPY_MODES", "CopyMode", "DEFAULT_DEPTH_RULE", "DEPTH_RULES", "DepthRule", "LayerMap", "Stack",
+           "block_signatures", "build_layer_map", "depth_map", "find_stacks", "join", "monotone_assignment",
+           "paired_stacks", "stage_depth_map", "stage_ids"]
 
 DepthRule = Literal["stage_relative", "nearest_relative", "proportional", "prefix", "cka"]
 DEPTH_RULES: tuple[str, ...] = get_args(DepthRule)
+#: How a source layer that feeds several target layers is shared among them (:meth:`LayerMap.copy_weights`):
+#: ``sum`` every copy at full strength, ``split`` each of the ``k`` copies at ``1/k``, ``first`` only the first.
+CopyMode = Literal["sum", "split", "first"]
+COPY_MODES: tuple[str, ...] = get_args(CopyMode)
 NameMap = Mapping[str, str] | Callable[[str], str] | None
 
 log = logging.getLogger(__name__)
@@ -289,6 +294,28 @@ class LayerMap:
 
     def as_dict(self) -> dict[str, list[int | None]]:
         return {p: list(m) for p, m in self.maps.items()}
+
+    def copy_weights(self, target_names: Sequence[str], mode: str) -> dict[str, float]:
+        """The weight of each target name's delta when several target names draw from one source name.
+
+        Target names (in model order) that map to the same source name are *copies* of it: ``sum`` keeps every
+        copy at weight 1 (a source block feeding two target blocks adds its update twice), ``split`` gives each
+        of ``k`` copies ``1/k`` (the copies add up to one source update), ``first`` keeps the first copy and
+        gives the others 0. Names without a source, or the only one drawing from theirs, weigh 1.
+        """
+        check_choice("copies", mode, COPY_MODES)
+        groups: dict[str, list[str]] = {}
+        for name in target_names:
+            src = self.source_name(name)
+            if src is not None:
+                groups.setdefault(src, []).append(name)
+        out = {name: 1.0 for name in target_names}
+        if mode == "sum":
+            return out
+        for names in groups.values():
+            for i, name in enumerate(names):
+                out[name] = 1.0 / len(names) if mode == "split" else float(i == 0)
+        return out
 
     def describe(self) -> dict:
         """Depth maps, the source stack of each target stack, the stages used and any fallback (for the run record)."""

@@ -29,7 +29,8 @@ import torch
 
 from ftlab.core.validate import check_choice, check_int
 from ftlab.transfer.align import SEQ_ALIGN, SeqAlign
-from ftlab.transfer.layer_map import DEFAULT_DEPTH_RULE, DEPTH_RULES, DepthRule
+from ftlab.transfer.layer_map import COPY_MODES, DEFAULT_DEPTH_RULE, DEPTH_RULES, CopyMode, DepthRule
+from ftlab.transfer.repair import REPAIR_MODES, RepairMode
 from ftlab.transfer.spec import DEFAULT_ZERO, NormGain, Rule
 
 __all__ = ["BatchDtype", "TransferOptions", "cli_fields", "parse_cli_value"]
@@ -92,6 +93,15 @@ class TransferOptions:
         "corresponding stages by relative depth), nearest_relative (the paper's nearest-index rule over the whole "
         "stack [U]), proportional, prefix, or cka (from block-output similarity); see ftlab.transfer.layer_map",
         "choice", DEPTH_RULES)
+    copies: CopyMode = _opt(
+        "split", "how a source layer that the depth map pairs with several target layers is shared among them: sum "
+        "(each copy at full strength), split (each of k copies at 1/k) or first (the first copy only); ftlab's option, default chosen on validation data of design pairs",
+        "choice", COPY_MODES)
+    repair: RepairMode = _opt(
+        "mean_std", "after B + alpha tau_B, re-pin the running statistics of B's BatchNorm layers so that each channel's "
+        "output mean (mean), or mean and spread (mean_std), on the calibration inputs equals base B's; none: off "
+        "(ftlab's option after REPAIR, arXiv 2211.08403, default chosen on validation data of design pairs; a no-op for "
+        "models without running statistics; see ftlab.transfer.repair)", "choice", REPAIR_MODES)
     seq_align: SeqAlign = _opt("identity", "how token rows of A and B are paired: identity, interpolate, interpolate2d, "
                                "mean or cls [U]", "choice", SEQ_ALIGN)
     n_prefix: int | None = _opt(None, "leading tokens (CLS, registers) matched one to one by interpolate2d (default: "
@@ -143,6 +153,8 @@ class TransferOptions:
 
     def __post_init__(self) -> None:
         check_choice("depth_map", self.depth_map, DEPTH_RULES)
+        check_choice("copies", self.copies, COPY_MODES)
+        check_choice("repair", self.repair, REPAIR_MODES)
         check_choice("seq_align", self.seq_align, SEQ_ALIGN)
         if self.n_prefix is not None:
             check_int("n_prefix", self.n_prefix, minimum=0)

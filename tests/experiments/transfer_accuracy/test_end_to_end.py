@@ -1,5 +1,7 @@
 """A tiny end-to-end benchmark run (seconds) with planted properties, its determinism, and the table arithmetic."""
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,8 +9,9 @@ import torch
 
 from ftlab.experiments.training import accuracy
 from ftlab.experiments.transfer_accuracy import family
+from ftlab.experiments.transfer_accuracy.compare import PairData, PairModels, evaluate_pair
 from ftlab.experiments.transfer_accuracy.finetune import finetune, recipe, task_loss
-from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, evaluate_pair, run_benchmark, tiny_config
+from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, run_benchmark, tiny_config
 from ftlab.experiments.transfer_accuracy.table import (
     gap_closed,
     layer_table,
@@ -41,10 +44,10 @@ def identical_bases_rows():
     src_ft = finetune(base, *splits["train"], classes, config=cfg, seed=0)
     tgt_ft = finetune(twin, *splits["train"], classes, config=cfg, seed=0)
     rows = evaluate_pair(
-        setting="same", task="toy", seed=0, source_base=base, source_ft=src_ft, target_base=twin, target_ft=tgt_ft,
-        cal_pool=splits["train"], loss=task_loss(classes), score=lambda m, s: accuracy(m, *splits[s], classes=classes),
-        methods=("identity", "naive", "bico"), calibrations=("n100", "k5"), alpha_grid=(0.5, 1.0, 2.0),
-        cal_batch_size=16, baseline="zero_shot", transfer_options={"zero_params": ()})  # carry every parameter
+        PairModels("same", "toy", 0, base, src_ft, twin, tgt_ft, baseline="zero_shot"),
+        PairData(splits["train"], task_loss(classes), lambda m, s: accuracy(m, *splits[s], classes=classes),
+                 {"zero_params": ()}),  # carry every parameter
+        {c: ("identity", "naive", "bico") for c in ("n100", "k5")}, alpha_grid=(0.5, 1.0, 2.0), cal_batch_size=16)
     return pd.DataFrame(rows), accuracy(src_ft, *splits["test"], classes=classes)
 
 
@@ -191,14 +194,75 @@ def test_the_estimate_read_off_the_fit_equals_a_separate_diagnose_run():
     x, y = _data(3, 120)
     a_ft = finetune(a, x, y, classes, config=recipe(lr=0.05, epochs=2, batch_size=16), seed=0)
     b_ft = finetune(b, x, y, classes, config=recipe(lr=0.05, epochs=2, batch_size=16), seed=0)
-    rows = evaluate_pair(setting="s", task="t", seed=0, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
-                         cal_pool=(x, y), loss=task_loss(classes), score=lambda m, s: accuracy(m, x, y, classes=classes),
-                         methods=("bico",), alpha_grid=(1.0,), baseline="zero_shot", diagnose=True)
+    rows = evaluate_pair(PairModels("s", "t", 0, a, a_ft, b, b_ft, baseline="zero_shot"),
+                         PairData((x, y), task_loss(classes), lambda m, s: accuracy(m, x, y, classes=classes)),
+                         {"n100": ("bico",)}, alpha_grid=(1.0,), diagnose=True)
     est = [r for r in rows if r["record"] == "estimate"]
     assert len(est) == 1
-    from ftlab.experiments.transfer_accuracy.run import calibration_batches
+    from ftlab.experiments.transfer_accuracy.compare import calibration_batches
 
     batches = calibration_batches(x, y, kind="n100", seed=0)
     ref = diagnose(a, a_ft, b, batches, task_loss(classes), options=TransferOptions())
     assert est[0]["estimate"] == pytest.approx(ref.estimate, rel=1e-9, abs=1e-12)
     assert 0.0 < ref.estimate < 1.0
+
+
+def _bn_net(seed):
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 6, 3, padding=1), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+                              torch.nn.Conv2d(6, 6, 3, padding=1), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(6, 2))
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+def test_variants_share_fits_and_a_repair_is_a_no_op_where_nothing_keeps_running_statistics():
+    from ftlab.experiments.transfer_accuracy.compare import Scorer
+
+    torch.manual_seed(2)
+    a = ViT(image_size=8, patch=4, width=8, depth=2, heads=2, n_classes=4)
+    b = ViT(image_size=8, patch=4, width=12, depth=4, heads=2, n_classes=4)
+    classes = (0, 2)
+    x, y = _data(4, 120)
+    cfg = recipe(lr=0.05, epochs=2, batch_size=16)
+    a_ft, b_ft = finetune(a, x, y, classes, config=cfg, seed=0), finetune(b, x, y, classes, config=cfg, seed=0)
+    names = ("bico", "bico+repair", "recommended", "recommended/sum", "recommended/split", "recommended/first")
+    rows = pd.DataFrame(evaluate_pair(PairModels("s", "t", 0, a, a_ft, b, b_ft, baseline="zero_shot"),
+                                      PairData((x, y), task_loss(classes), Scorer({"val": (x, y), "test": (x, y)},
+                                                                                  classes)),
+                                      {"n100": names}, alpha_grid=(0.0, 1.0, 2.0)))
+    acc = rows[rows["record"] == "accuracy"].set_index(["method", "alpha_mode"])
+    # one fit for every uncentred BiCo variant
+    assert acc.loc[list(names), "seconds"].nunique() == 1
+    # a ViT keeps no running statistics: the repair changes nothing, so copies summed without repair is plain BiCo
+    for mode in ("fixed", "searched"):
+        assert acc.loc[("recommended/sum", mode), "accuracy"] == acc.loc[("bico", mode), "accuracy"]
+    # depth 2 -> 4: the copy rules give different task vectors, so their validation curves are scored separately
+    mech = rows[rows["record"] == "mechanism"].set_index("method")
+    assert set(mech.index) >= {"bico", "recommended", "finetuned", "zero_shot"}
+    assert mech["head_drift"].isna().all()  # nothing to drift without running statistics
+    assert ((mech["top_share"] >= 0.5) & (mech["top_share"] <= 1.0)).all()  # 2 classes: the larger share
+
+
+def test_the_repair_variant_of_a_batchnorm_pair_undoes_the_drift_the_plain_transfer_leaves():
+    from ftlab.experiments.transfer_accuracy.compare import Scorer
+
+    a, b = _bn_net(0), _bn_net(1)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(160, 1, 6, 6, generator=g)
+    y = (x.mean((1, 2, 3)) > 0).long()
+    a_ft = copy.deepcopy(a)
+    with torch.no_grad():
+        a_ft[0].bias.add_(2.0)  # a fine-tuning that shifts channel means, which naive transfer carries over
+    rows = pd.DataFrame(evaluate_pair(PairModels("s", "t", 0, a, a_ft, b, copy.deepcopy(b)),
+                                      PairData((x, y), task_loss((0, 1)), Scorer({"val": (x, y), "test": (x, y)})),
+                                      {"n100": ("naive", "naive+repair")}, alpha_grid=(0.0, 1.0)))
+    mech = rows[rows["record"] == "mechanism"].set_index("method")
+    assert mech.loc["naive", "head_drift"] > 0.1  # the plain transfer moves the channel means at the last norm
+    assert mech.loc["finetuned", "head_drift"] == 0.0 and mech.loc["probe", "head_drift"] == 0.0
+    acc = rows[(rows["record"] == "accuracy") & (rows["alpha_mode"] == "fixed")].set_index("method")["accuracy"]
+    # repaired, a pure shift of channel means is absorbed: the target computes what it computed before
+    assert acc["naive+repair"] == acc["probe"]

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from ftlab.experiments.transfer_accuracy.compare import calibration_batches
 from ftlab.experiments.transfer_accuracy.family import permuted_copy
 from ftlab.experiments.transfer_accuracy.finetune import finetune, recipe, task_loss
 from ftlab.experiments.transfer_accuracy.probe import ProbeClassifier
-from ftlab.experiments.transfer_accuracy.run import calibration_batches
 from ftlab.experiments.transfer_accuracy.vision import to_imagenet_rgb
 from ftlab.models.vit import ViT
 

@@ -30,40 +30,34 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ftlab.core.validate import check_choice, check_int
 from ftlab.experiments.training import TrainConfig
+from ftlab.experiments.transfer_accuracy.claims import HELD_OUT
 from ftlab.experiments.transfer_accuracy.finetune import recipe
 
-__all__ = ["BenchmarkConfig", "CALIBRATIONS", "Prepared", "TRANSFER_METHODS", "benchmark_point", "calibration_batches",
-           "evaluate_pair", "family_point", "full_config", "prepare", "quick_config",
-           "run_benchmark", "text_point", "tiny_config", "vision_point"]
+__all__ = ["ALPHA_GRID", "BenchmarkConfig", "Prepared", "benchmark_point", "family_point", "full_config",
+           "prepare", "quick_config", "run_benchmark", "setting_name", "text_point", "tiny_config", "vision_point"]
 
 log = logging.getLogger(__name__)
 
-#: Methods compared (registered short names of ftlab.transfer); ``identity`` equals ``naive`` whenever it
-#: applies (same shapes), so it is not repeated; ``gradfix`` needs equal shapes (the ViT family's copies).
-TRANSFER_METHODS: tuple[str, ...] = ("naive", "bico_input_only", "bico_output_only", "activation_only", "gradient_only",
-                                     "gradfix", "bico")
 #: Calibration sets: 100 samples drawn at random from the training draw, or 5 per class (the paper's two regimes).
 CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
+#: The alpha grid searched on validation for every method: 0 (the target untouched) to 3 in steps of 0.5.
+ALPHA_GRID: tuple[float, ...] = tuple(0.5 * i for i in range(7))
 #: Text fine-tuning keeps the word-embedding table and MPNet's relative attention bias frozen (the source's converted
 #: bias is zero and has no counterpart in a BERT source): their deltas are exactly zero.
 TEXT_FROZEN: tuple[str, ...] = ("head", "encoder.model.embeddings.word_embeddings",
                                  "encoder.model.encoder.relative_attention_bias")
-_GRID = (0.25, 0.5, 1.0, 1.5, 2.0)
 _SEED_FIELDS = ("seeds", "text_seeds", "heavy_seeds", "family_seeds")
-#: Options of every transfer unless a configuration says otherwise: the library's defaults (the paper's BiCo, which
-#: does not centre; ``transfer={"center": True}`` gives ftlab's centred variant).
-DEFAULT_TRANSFER: dict = {}
+
+
+def setting_name(pair: str, task: str, held_out: Sequence[str]) -> str:
+    """The setting a pair's rows are recorded under: the pair, with :data:`HELD_OUT` on a held-out task."""
+    return pair + HELD_OUT if task in held_out else pair
 
 
 @dataclass(frozen=True)
@@ -80,10 +74,13 @@ class BenchmarkConfig:
     ``family_seeds``, ``family_n_*`` images, ``family_finetune``.
     Methods (:meth:`plan`): ``methods`` on every task with the first calibration set; ``ablation_methods`` with
     it too, on ``ablation_tasks`` only (empty: every task) and, for real pairs, ``ablation_pairs`` only (empty: every
-    pair); ``other_cal_methods`` with the other calibration sets;
+    pair); ``other_cal_methods`` with the other calibration sets (on real pairs only if ``other_cal_real``);
     ``heavy_methods`` (first calibration only) for the all-mpnet-base-v2 pair, on ``heavy_seeds`` (default: the
     text seeds) with ``heavy_n_val`` / ``heavy_n_test`` glosses (default: the text pairs');
     ``family_methods`` for the controlled family too (TransFusion: equal shapes only, skipped elsewhere).
+    Held-out tasks: ``heldout_image_tasks`` / ``heldout_text_tasks`` are run on every real pair of their family with
+    ``heldout_methods`` only (first calibration), their rows recorded under the setting ``pair + HELD_OUT``.
+    Method names are registered methods or variants (:mod:`~ftlab.experiments.transfer_accuracy.variants`).
     ``split_vision_pairs``: one sweep point per (EfficientNet pair, task, seed) instead of per (task, seed).
     Transfer: ``calibrations`` (:data:`CALIBRATIONS`), ``cal_batch_size``, ``cal_loss`` (the
     calibration loss, :data:`~ftlab.experiments.transfer_accuracy.finetune.LOSS_KINDS`), ``alpha_grid``
@@ -124,9 +121,9 @@ class BenchmarkConfig:
     heavy_methods: tuple[str, ...] = ("naive", "activation_only", "bico")
     calibrations: tuple[str, ...] = CALIBRATIONS
     cal_batch_size: int = 32
-    alpha_grid: tuple[float, ...] = _GRID
+    alpha_grid: tuple[float, ...] = ALPHA_GRID
     cal_loss: str = "ce"
-    transfer: dict = field(default_factory=lambda: dict(DEFAULT_TRANSFER))
+    transfer: dict = field(default_factory=dict)
     vision_transfer: dict = field(default_factory=dict)
     text_transfer: dict = field(default_factory=dict)
     diagnose: bool = True
@@ -136,6 +133,10 @@ class BenchmarkConfig:
     heavy_seeds: tuple[int, ...] | None = None
     heavy_n_val: int | None = None
     heavy_n_test: int | None = None
+    heldout_image_tasks: tuple[str, ...] = ()
+    heldout_text_tasks: tuple[str, ...] = ()
+    heldout_methods: tuple[str, ...] = ()
+    other_cal_real: bool = True
 
     def __post_init__(self):
         from ftlab.experiments.transfer_accuracy.family import SETTINGS
@@ -148,10 +149,13 @@ class BenchmarkConfig:
             check_choice("vision pair", p, [k for k, v in PAIRS.items() if v.kind == "vision"])
         for p in self.text_pairs:
             check_choice("text pair", p, [k for k, v in PAIRS.items() if v.kind == "text"])
-        for t in self.image_tasks:
+        for t in (*self.image_tasks, *self.heldout_image_tasks):
             check_choice("image task", t, list(IMAGE_TASKS))
-        for t in self.text_tasks:
+        for t in (*self.text_tasks, *self.heldout_text_tasks):
             check_choice("text task", t, list(TEXT_TASKS))
+        both = set(self.image_tasks + self.text_tasks) & set(self.heldout_image_tasks + self.heldout_text_tasks)
+        if both:
+            raise ValueError(f"task {sorted(both)[0]!r} is both a design task and a held-out task")
         for s in self.family_settings:
             check_choice("family setting", s, list(SETTINGS))
         for t in self.family_tasks:
@@ -160,11 +164,11 @@ class BenchmarkConfig:
             raise ValueError("calibrations is empty: give at least one of " + ", ".join(CALIBRATIONS))
         for c in self.calibrations:
             check_choice("calibration", c, CALIBRATIONS)
-        from ftlab.transfer.methods import method_names
+        from ftlab.experiments.transfer_accuracy.variants import variant_names
 
         for m in (*self.methods, *self.ablation_methods, *self.other_cal_methods, *self.heavy_methods,
-                  *self.family_methods):
-            check_choice("method", m, method_names())
+                  *self.family_methods, *self.heldout_methods):
+            check_choice("method", m, variant_names())
         from ftlab.experiments.transfer_accuracy.finetune import LOSS_KINDS
 
         check_choice("cal_loss", self.cal_loss, LOSS_KINDS)
@@ -174,14 +178,16 @@ class BenchmarkConfig:
         for k in ("n_train", "text_n_train", "family_n_train"):
             if getattr(self, k) < 100 and "n100" in self.calibrations:
                 raise ValueError(f"{k}={getattr(self, k)} is out of range: calibration n100 needs at least 100")
-        if not self.alpha_grid or 1.0 not in self.alpha_grid:
-            raise ValueError(f"alpha_grid={self.alpha_grid!r} is invalid: it must contain 1.0")
+        if not self.alpha_grid or 1.0 not in self.alpha_grid or min(self.alpha_grid) < 0:
+            raise ValueError(f"alpha_grid={self.alpha_grid!r} is invalid: it must contain 1.0 and no negative alpha")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def plan(self, task: str, pair: str = "") -> dict[str, tuple[str, ...]]:
         """``{calibration: methods}`` for one task (and pair); see the class docstring."""
+        if task in self.heldout_image_tasks + self.heldout_text_tasks:
+            return {self.calibrations[0]: tuple(self.heldout_methods)}
         if "mpnet" in pair:
             return {self.calibrations[0]: tuple(self.heavy_methods)}
         first = list(self.methods)
@@ -189,7 +195,7 @@ class BenchmarkConfig:
                 and (not pair or not self.ablation_pairs or pair in self.ablation_pairs)):
             first += [m for m in self.ablation_methods if m not in first]
         out = {self.calibrations[0]: tuple(first)}
-        for c in self.calibrations[1:]:
+        for c in self.calibrations[1:] if (not pair or self.other_cal_real) else ():
             out[c] = tuple(self.other_cal_methods)
         return out
 
@@ -221,10 +227,11 @@ class BenchmarkConfig:
         light = [p for p in text_pairs if p not in heavy]
         heavy_seeds = self.text_seeds if self.heavy_seeds is None else self.heavy_seeds
         vision_pairs = list(self.vision_pairs) if self.split_vision_pairs else [""]
-        groups = [[("text", p, t, s) for p in heavy for t in self.text_tasks for s in heavy_seeds],
-                  [("vision", p, t, s) for p in vision_pairs for t in self.image_tasks for s in self.seeds]
+        text_tasks, image_tasks = self.text_tasks + self.heldout_text_tasks, self.image_tasks + self.heldout_image_tasks
+        groups = [[("text", p, t, s) for p in heavy for t in text_tasks for s in heavy_seeds],
+                  [("vision", p, t, s) for p in vision_pairs for t in image_tasks for s in self.seeds]
                   if self.vision_pairs else [],
-                  [("text", p, t, s) for p in light for t in self.text_tasks for s in self.text_seeds],
+                  [("text", p, t, s) for p in light for t in text_tasks for s in self.text_seeds],
                   [("family", "", t, s) for t in self.family_tasks for s in self.family_seeds]
                   if self.family_settings else []]
         order = sorted(((s, g, i) for g, pts in enumerate(groups) for i, (_, _, _, s) in enumerate(pts)))
@@ -239,33 +246,51 @@ TEXT_DESIGN: dict = dict(text_tasks=("wordnet_nouns_all",), text_n_train=400, te
                          text_max_length=24, text_finetune=recipe(lr=0.1, epochs=4))
 
 
+#: The transfers compared on the design tasks of the real pairs and on the controlled ViTs (100 samples): the paper's
+#: method and baselines, centred BiCo, ftlab's repair and copy rules, and ftlab's recommended transfer
+#: (:mod:`~ftlab.experiments.transfer_accuracy.variants`).
+DESIGN_METHODS: tuple[str, ...] = ("naive", "activation_only", "bico", "bico_centred", "naive+repair", "bico+repair",
+                                   "bico_centred+repair", "recommended", "recommended/sum", "recommended/split",
+                                   "recommended/first")
+#: all-mpnet-base-v2, the costliest pair: the paper's method and baselines and the recommended transfer (both copy rules).
+HEAVY_METHODS: tuple[str, ...] = ("naive", "activation_only", "bico", "bico+repair", "recommended", "recommended/sum")
+#: Held-out tasks: the target's own accuracy, its fine-tuning, naive, plain BiCo and the recommended transfer.
+HELD_OUT_METHODS: tuple[str, ...] = ("naive", "bico", "recommended")
+
+
 def full_config() -> BenchmarkConfig:
     """The recorded run (``ftlab reproduce transfer --full``; needs ``make data-full`` for all-mpnet-base-v2): the three
     EfficientNet-Lite pairs and the two text pairs on the pilot's design (:data:`VISION_DESIGN`,
-    :data:`TEXT_DESIGN`), the controlled ViTs of equal shape and the wider one; naive, activation-only and BiCo with
-    100 samples, BiCo also with 5 per class (not on all-mpnet-base-v2), the one-sided ablations on Lite1 -> Lite2,
-    MiniLM-L3 -> L6 and the ViTs, TransFusion on the equal-shape ViTs. Seeds: 9, the fewest at which the exact
-    sign-flip test can pass the first step of Holm's correction over the 11 primaries (2^-8 < 0.05 / 11), checked
-    against the power the internal pilot asks for (docs/transfer-benchmark.md); 6 (the rule's minimum) for
-    all-mpnet-base-v2, whose fine-tuning and evaluation cost most (100 validation and 300 test glosses)."""
+    :data:`TEXT_DESIGN`) and on held-out tasks that designed none of ftlab's defaults (Fashion-MNIST at 64 px,
+    WordNet verb glosses over all 15 supersenses), and the controlled ViTs of equal shape and the wider one.
+    Methods (100 samples): :data:`DESIGN_METHODS` on the design tasks (:data:`HEAVY_METHODS` on all-mpnet-base-v2),
+    :data:`HELD_OUT_METHODS` on the held-out tasks, the one-sided ablations on Lite1 -> Lite2, MiniLM-L3 -> L6 and the
+    ViTs, TransFusion on the equal-shape ViTs, BiCo with 5 per class on the ViTs. Alpha: at 1 and searched on
+    validation over :data:`ALPHA_GRID` (0 to 3). Seeds: 9, the fewest at which the exact sign-flip test can pass the
+    first step of Holm's correction over the 11 primaries of the paper's claims (2^-8 < 0.05 / 11); 6 (the rule's
+    minimum) for all-mpnet-base-v2, whose fine-tuning and evaluation cost most (100 validation and 300 test
+    glosses)."""
     nine = tuple(range(9))
     return BenchmarkConfig(**VISION_DESIGN, **TEXT_DESIGN, seeds=nine, text_seeds=nine, heavy_seeds=tuple(range(6)),
-                           heavy_n_val=100, heavy_n_test=300,
+                           heavy_n_val=100, heavy_n_test=300, heldout_image_tasks=("fashion",),
+                           heldout_text_tasks=("wordnet_verbs_all",), heldout_methods=HELD_OUT_METHODS,
                            family_settings=("permuted", "continued_4ep", "independent", "pretraining", "width"),
-                           family_tasks=("digits",), family_seeds=nine, methods=("naive", "activation_only", "bico"),
+                           family_tasks=("digits",), family_seeds=nine, methods=DESIGN_METHODS,
                            ablation_methods=("bico_input_only", "bico_output_only"), ablation_tasks=(),
                            ablation_pairs=("lite1->lite2", "minilm_l3->minilm_l6"), other_cal_methods=("bico",),
-                           heavy_methods=("naive", "activation_only", "bico"), calibrations=("n100", "k5"),
+                           other_cal_real=False, heavy_methods=HEAVY_METHODS, calibrations=("n100", "k5"),
                            family_methods=("transfusion",))
 
 
 def quick_config() -> BenchmarkConfig:
     """The default of ``ftlab reproduce transfer`` (under ten minutes on 2 cores): the width-only EfficientNet pair
     Lite1 -> Lite2 and the text pair MiniLM-L3 -> L6 on the full run's design with smaller evaluation sets, 2 seeds
-    (too few for a verdict: the rule needs 6), naive / activation-only / BiCo with 100 samples."""
+    (too few for a verdict: the rule needs 6), naive / activation-only / BiCo / the recommended transfer with 100
+    samples."""
     return BenchmarkConfig(**{**VISION_DESIGN, "n_test": 300, "n_val": 100}, **{**TEXT_DESIGN, "text_n_test": 300},
                            vision_pairs=("lite1->lite2",), seeds=(0, 1), text_pairs=("minilm_l3->minilm_l6",),
-                           text_seeds=(0, 1), family_settings=(), methods=("naive", "activation_only", "bico"),
+                           text_seeds=(0, 1), family_settings=(),
+                           methods=("naive", "activation_only", "bico", "recommended"),
                            ablation_methods=(), calibrations=("n100",), family_methods=())
 
 
@@ -278,169 +303,10 @@ def tiny_config(**overrides) -> BenchmarkConfig:
     return BenchmarkConfig(**{**base, **overrides})
 
 
-def _record(setting, task, seed, method, calibration, mode, alpha, n_cal, acc, seconds=math.nan,
-            val=math.nan) -> dict:
-    return {"record": "accuracy", "setting": setting, "task": task, "seed": int(seed), "method": method,
-            "calibration": calibration, "alpha_mode": mode, "alpha": float(alpha), "n_cal": int(n_cal),
-            "accuracy": float(acc), "val_accuracy": float(val), "seconds": float(seconds)}
-
-
-def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int = 32) -> list[tuple]:
-    """The calibration batches ``kind`` (``n100``: 100 samples drawn by ``seed``; ``k5``: 5 per class, the first
-    five of each class in a ``seed``-drawn order), as ``(inputs, labels)`` batches of ``batch_size``."""
-    import torch
-
-    from ftlab.experiments.training import n_rows, take_rows
-    from ftlab.experiments.transfer_accuracy.finetune import batches_of
-
-    check_choice("calibration", kind, CALIBRATIONS)
-    if kind == "n100":
-        return batches_of(inputs, labels, batch_size=batch_size, n=min(100, n_rows(inputs)), seed=seed)
-    order = np.random.default_rng(seed).permutation(n_rows(inputs))
-    y = np.asarray(labels)[order]
-    picked = np.concatenate([order[y == c][:5] for c in np.unique(y)])
-    idx = torch.from_numpy(np.random.default_rng(seed + 1).permutation(picked))
-    return [(take_rows(inputs, idx[i:i + batch_size]), labels[idx[i:i + batch_size]])
-            for i in range(0, len(idx), batch_size)]
-
-
-def _diagnose(res) -> dict:
-    """The transfer diagnostic's estimate of the share of tau_A that carries over (:func:`ftlab.transfer.diagnose`),
-    read off BiCo's finished fit ``res`` (the Procrustes similarities its statistics carry): the library's estimator
-    (:func:`~ftlab.transfer.diagnose.diagnosis_from_result`) without a second calibration pass.
-    """
-    from ftlab.transfer.diagnose import diagnosis_from_result
-
-    try:
-        dg = diagnosis_from_result(res)
-    except ValueError as exc:
-        log.info("diagnose failed: %s", exc)
-        return {}
-    return {"estimate": float(dg.estimate), "estimate_cka": float(dg.estimate_cka), "zeroed_share": float(dg.zeroed_share)}
-
-
-def _layer_rows(res, setting, task, seed, calibration) -> list[dict]:
-    """Per target capture point: CKA in/out, ranks, rows and the share of ||tau_A||^2 of the paired source layer."""
-    total = float(res.source_norms.get("total") or 0.0) ** 2
-    rows = []
-    for i, rec in enumerate(res.layers()):
-        share = (rec.get("source_norm", math.nan) ** 2 / total) if total > 0 else math.nan
-        rows.append({"record": "layer", "setting": setting, "task": task, "seed": int(seed), "calibration": calibration,
-                     "order": i, "point": rec["target"], "source_point": rec["source"],
-                     "in_cka": rec.get("in_cka", math.nan), "out_cka": rec.get("out_cka", math.nan),
-                     "in_similarity": rec.get("in_similarity", math.nan),
-                     "out_similarity": rec.get("out_similarity", math.nan),
-                     "in_rank": rec.get("in_rank", math.nan), "out_rank": rec.get("out_rank", math.nan),
-                     "in_dims": rec.get("in_dims", math.nan), "out_dims": rec.get("out_dims", math.nan),
-                     "in_rows": rec.get("in_rows", math.nan), "out_rows": rec.get("out_rows", math.nan),
-                     "in_residual": rec.get("in_residual_fit", math.nan),
-                     "out_residual": rec.get("out_residual_fit", math.nan),
-                     "tau_share": share})
-    return rows
-
-
-#: Methods that read no calibration data: run once per (setting, task, seed), recorded with calibration "-".
-CALIBRATION_FREE: tuple[str, ...] = ("naive", "transfusion")
-
-
-def _fit(method: str, options: dict, source_base, source_ft, target_base, batches, loss):
-    """One transfer (TransFusion bound to both bases first); ``None`` when the method does not apply."""
-    from ftlab.transfer import fit_transfer, split_options
-    from ftlab.transfer.align import RankWarning
-
-    try:
-        topts, m = split_options(method, options)
-        if method == "transfusion":
-            m = m.bind(source_base, target_base)  # type: ignore[attr-defined]
-        with warnings.catch_warnings():  # rank deficits are expected at 100 rows; the layer rows record them
-            warnings.simplefilter("ignore", RankWarning)
-            return fit_transfer(source_base, source_ft, target_base, None if method in CALIBRATION_FREE else batches,
-                                loss, method=m, options=topts)
-    except ValueError as exc:
-        log.info("method %s skipped: %s", method, exc)
-        return None
-
-
-def evaluate_pair(*, setting: str, task: str, seed: int, source_base, source_ft, target_base, target_ft,
-                  cal_pool: tuple, loss: Callable, score: Callable[[object, str], float], methods: Sequence[str],
-                  calibrations: Sequence[str] = ("n100",), alpha_grid: Sequence[float], cal_batch_size: int = 32,
-                  transfer_options: dict | None = None, baseline: str = "probe", layers: bool = True,
-                  diagnose: bool = False, plan: dict | None = None,
-                  target_scores: tuple[float, float] | None = None) -> list[dict]:
-    """Rows for one (setting, task, seed): the baseline, fine-tuned, every method x calibration at alpha=1 and searched.
-
-    cal_pool : ``(inputs, labels)`` the calibration sets are drawn from (by ``seed``);
-    loss : ``loss(model, batch)`` through each model's own frozen head;
-    score : ``score(model, split)`` with ``split`` in ``{"val", "test"}`` -> accuracy;
-    methods : registered short names; a method that does not apply to these shapes (``ValueError``
-        from ``ftlab.transfer``) is skipped and logged; the methods of :data:`CALIBRATION_FREE` read no calibration
-        data and run once (TransFusion bound to both bases);
-    transfer_options : :class:`~ftlab.transfer.TransferOptions` fields and method options for every method
-        (method options a method does not take are dropped for it);
-    baseline : the method name of the target base's own accuracy (``probe`` or ``zero_shot``);
-    plan : ``{calibration: methods}`` overriding ``methods`` x ``calibrations`` (:meth:`BenchmarkConfig.plan`);
-    target_scores : the test accuracies of ``target_base`` and ``target_ft`` when already known.
-    """
-    from ftlab.transfer import TaskVector, TransferOptions, list_methods
-    from ftlab.transfer.evaluate import search_alpha
-
-    opts = dict(transfer_options or {})
-    general = set(TransferOptions.field_names())
-    own_fields = {i.name: {f.name for f in dataclasses.fields(i.options_type)} for i in list_methods()}
-    base_acc, ft_acc = target_scores if target_scores is not None else (score(target_base, "test"),
-                                                                        score(target_ft, "test"))
-    base_val = score(target_base, "val")
-    rows = [_record(setting, task, seed, baseline, "-", mode, math.nan, 0, base_acc, val=base_val)
-            for mode in ("fixed", "searched")]
-    rows += [_record(setting, task, seed, "finetuned", "-", mode, math.nan, 0, ft_acc) for mode in ("fixed", "searched")]
-    if plan is None:
-        plan = {c: tuple(methods) for c in calibrations}
-    done_free: set[str] = set()
-    first = next(iter(plan), "n100")
-    for calibration, cal_methods in plan.items():
-        batches = calibration_batches(cal_pool[0], cal_pool[1], kind=calibration, seed=seed, batch_size=cal_batch_size)
-        n_cal = sum(len(b[1]) for b in batches)
-        for method in cal_methods:
-            free = method in CALIBRATION_FREE
-            if free and method in done_free:
-                continue
-            done_free.add(method)
-            mine = {k: v for k, v in opts.items() if k in general or k in own_fields.get(method, set())}
-            want_layers = layers and method == "bico" and calibration == first
-            t0 = time.perf_counter()
-            res = _fit(method, mine, source_base, source_ft, target_base, batches, loss)
-            if res is None:
-                continue
-            seconds = time.perf_counter() - t0
-            tau = res.task_vector
-            cal, ncal = ("-", 0) if free else (calibration, n_cal)
-
-            def val_score(a: float, tau: TaskVector = tau) -> float:
-                return score(tau.apply(target_base, a), "val")
-
-            best, table = search_alpha(val_score, grid=alpha_grid)
-            val = table.set_index("alpha")["score"]
-            test1 = score(tau.apply(target_base, 1.0), "test")
-            rows.append(_record(setting, task, seed, method, cal, "fixed", 1.0, ncal, test1, seconds, val=val[1.0]))
-            acc = test1 if best == 1.0 else score(tau.apply(target_base, best), "test")
-            rows.append(_record(setting, task, seed, method, cal, "searched", best, ncal, acc, seconds, val=val[best]))
-            if want_layers:
-                rows += _layer_rows(res, setting, task, seed, calibration)
-                if diagnose:
-                    est = _diagnose(res)
-                    if est:
-                        rows.append({"record": "estimate", "setting": setting, "task": task, "seed": int(seed),
-                                     "calibration": calibration, **est})
-    return rows
-
-
 def _scorer(splits: dict, classes=None):
-    from ftlab.experiments.training import accuracy
+    from ftlab.experiments.transfer_accuracy.compare import Scorer
 
-    def score(model, split):
-        return accuracy(model, *splits[split], classes=classes, batch_size=256)
-
-    return score
+    return Scorer(splits, classes)
 
 
 def vision_point(task: str, seed: int, config: dict, pair: str = "") -> list[dict]:
@@ -470,18 +336,21 @@ def vision_point(task: str, seed: int, config: dict, pair: str = "") -> list[dic
             models[key] = (base, finetune(base, d.x_train, d.y_train, classes, config=cfg.vision_finetune, seed=seed))
         return models[key]
 
+    from ftlab.experiments.transfer_accuracy.compare import PairData, PairModels, evaluate_pair
+
     scores: dict = {}
     rows = []
+    held = cfg.heldout_image_tasks
     for name in ([pair] if pair else cfg.vision_pairs):
         p = PAIRS[name]
         (a, a_ft), (b, b_ft) = model(p.source), model(p.target)
         if p.target not in scores:  # a target shared by two pairs is scored once
             scores[p.target] = (score(b, "test"), score(b_ft, "test"))
-        rows += evaluate_pair(setting=name, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
-                              target_ft=b_ft, cal_pool=splits["train"], loss=loss, score=score, methods=cfg.methods,
-                              plan=cfg.plan(task, name), alpha_grid=cfg.alpha_grid,
-                              cal_batch_size=cfg.cal_batch_size, transfer_options={**cfg.transfer, **cfg.vision_transfer},
-                              diagnose=cfg.diagnose, target_scores=scores[p.target])
+        rows += evaluate_pair(PairModels(setting_name(name, task, held), task, seed, a, a_ft, b, b_ft),
+                              PairData(splits["train"], loss, score, {**cfg.transfer, **cfg.vision_transfer},
+                                       scores[p.target]),
+                              cfg.plan(task, name), alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
+                              diagnose=cfg.diagnose)
     return rows
 
 
@@ -511,12 +380,13 @@ def text_point(pair: str, task: str, seed: int, config: dict) -> list[dict]:
         base = ProbeClassifier(enc, fit_probe_head(enc, d.x_train, d.y_train, n_classes=d.n_classes)).eval()
         tuned.append((base, finetune(base, d.x_train, d.y_train, classes, config=ft_cfg, seed=seed)))
     (a, a_ft), (b, b_ft) = tuned
+    from ftlab.experiments.transfer_accuracy.compare import PairData, PairModels, evaluate_pair
+
     opts = {"padding_mask": _attention_mask, **cfg.transfer, **cfg.text_transfer}
-    return evaluate_pair(setting=pair, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b, target_ft=b_ft,
-                         cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss), score=_scorer(splits),
-                         methods=cfg.methods, plan=cfg.plan(task, pair), alpha_grid=cfg.alpha_grid,
-                         cal_batch_size=cfg.cal_batch_size,
-                         transfer_options=opts, diagnose=cfg.diagnose)
+    return evaluate_pair(PairModels(setting_name(pair, task, cfg.heldout_text_tasks), task, seed, a, a_ft, b, b_ft),
+                         PairData(splits["train"], task_loss(classes, cfg.cal_loss), _scorer(splits), opts),
+                         cfg.plan(task, pair), alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
+                         diagnose=cfg.diagnose)
 
 
 @dataclass
@@ -617,15 +487,17 @@ def family_point(task: str, seed: int, config: dict, cache: str | None = None) -
             bases[name] = (b, finetune(b, *splits["train"], classes, config=cfg.family_finetune, seed=seed))
         return bases[name]
 
+    from ftlab.experiments.transfer_accuracy.compare import PairData, PairModels, evaluate_pair
+
     rows = []
     for setting in cfg.family_settings:
         src, tgt = SETTINGS[setting]
         (a, a_ft), (b, b_ft) = base(src), base(tgt)
-        rows += evaluate_pair(setting=setting, task=task, seed=seed, source_base=a, source_ft=a_ft, target_base=b,
-                              target_ft=b_ft, cal_pool=splits["train"], loss=task_loss(classes, cfg.cal_loss),
-                              score=_scorer(splits, classes), methods=cfg.methods, plan=cfg.family_plan(task),
-                              alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
-                              transfer_options=cfg.transfer, baseline="zero_shot", diagnose=cfg.diagnose)
+        rows += evaluate_pair(PairModels(setting, task, seed, a, a_ft, b, b_ft, baseline="zero_shot"),
+                              PairData(splits["train"], task_loss(classes, cfg.cal_loss), _scorer(splits, classes),
+                                       dict(cfg.transfer)),
+                              cfg.family_plan(task), alpha_grid=cfg.alpha_grid, cal_batch_size=cfg.cal_batch_size,
+                              diagnose=cfg.diagnose)
     return rows
 
 

@@ -33,8 +33,10 @@ from ftlab.experiments.verdicts import correlation_interval, t_interval
 __all__ = ["BASELINES", "METHOD_ORDER", "accuracy_records", "compact_records", "estimate_cells", "estimate_ranking",
            "family_figure", "gap_closed", "layer_table", "per_seed_gaps", "real_pairs_gap", "summary_table"]
 
-METHOD_ORDER = ("probe", "zero_shot", "naive", "identity", "transfusion", "gradfix", "bico_input_only",
-                "bico_output_only", "activation_only", "gradient_only", "bico", "finetuned")
+METHOD_ORDER = ("probe", "zero_shot", "naive", "naive+repair", "identity", "transfusion", "gradfix", "bico_input_only",
+                "bico_output_only", "activation_only", "gradient_only", "bico", "bico_centred", "bico+repair",
+                "bico_centred+repair", "recommended/sum", "recommended/split", "recommended/first", "recommended",
+                "finetuned")
 _KEYS = ["setting", "task", "method", "calibration", "alpha_mode"]
 _BINS = 5
 
@@ -188,6 +190,8 @@ def estimate_cells(raw: pd.DataFrame, *, calibration: str = "n100", method: str 
     if "record" not in raw.columns or not (raw["record"] == "estimate").any():
         return pd.DataFrame()
     est = raw[(raw["record"] == "estimate") & (raw["calibration"] == calibration)]
+    if "method" in est.columns and est["method"].notna().any():  # the estimate read off this method's own fit
+        est = est[est["method"].fillna("bico") == method]
     est = est.groupby(["setting", "task", "seed"])["estimate"].mean()
     acc = accuracy_records(raw)
     acc = acc[acc["alpha_mode"] == "fixed"]
@@ -234,8 +238,13 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
                                                  "alpha", "accuracy", "val_accuracy"]).assign(record="accuracy")
     parts = [acc]
     if "record" in raw.columns and (raw["record"] == "estimate").any():
-        est = raw[raw["record"] == "estimate"][["setting", "task", "seed", "calibration", "estimate"]]
+        est = raw[raw["record"] == "estimate"].reindex(columns=["setting", "task", "seed", "method", "calibration",
+                                                               "estimate"])
         parts.append(est.assign(record="estimate"))
+    if "record" in raw.columns and (raw["record"] == "mechanism").any():
+        mech = raw[raw["record"] == "mechanism"].reindex(columns=["setting", "task", "seed", "method", "head_drift",
+                                                                 "top_share", "never_predicted"])
+        parts.append(mech.assign(record="mechanism"))
     lb = _layer_bins(raw)
     if len(lb):
         parts.append(lb.reindex(columns=["setting", "task", "seed", "calibration", "bin", "in_similarity",
@@ -244,7 +253,7 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     cols = ["record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "alpha", "accuracy",
             "val_accuracy", "estimate", "bin", "in_similarity", "out_similarity", "in_cka", "out_cka", "tau_share",
-            "layers"]
+            "layers", "head_drift", "top_share", "never_predicted"]
     return out.reindex(columns=cols)
 
 
