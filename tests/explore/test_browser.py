@@ -122,9 +122,9 @@ def test_advisor_on_request_is_the_library_advisor(page):
     type_into(page, "alpha", "0.3")
     page.wait_for_function(IDLE)
     page.click("#advise")
-    page.wait_for_function("window.ftlab.last.advice !== null", timeout=120_000)
     k = knobs_of(page)
-    adv = advise(k.task(), alpha=k.alpha)
+    adv = advise(k.task(), alpha=k.alpha)                # while the page's advisor runs in the server
+    page.wait_for_function("window.ftlab.last.advice !== null", timeout=120_000)
     np.testing.assert_allclose([shown(page, f"a-{key}") for key in ("c", "lam", "gamma", "error")],
                                [adv.scales.c, adv.scales.lam, adv.scales.gamma, adv.error], **TOL)
     assert page.get_attribute("#a-regime", "data-value") == adv.regime

@@ -57,7 +57,16 @@ def to_json(value):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray):  # whole arrays at once (an element-wise walk costs more than the maths)
+        if value.dtype.kind == "f":
+            ok = np.isfinite(value)
+            if ok.all():
+                return value.tolist()
+            out = value.astype(object)
+            out[~ok] = None
+            return out.tolist()
+        if value.dtype.kind in "biuU":
+            return value.tolist()
         return to_json(value.tolist())
     if isinstance(value, (bool, np.bool_)):
         return bool(value)

@@ -179,55 +179,85 @@
     await Promise.all([drawPlane(p), drawPhase(p), drawQk(p)]);
   }
 
+  // Static decorations (regions, labels) and the phase map's star are HTML/SVG under or over the plots, placed
+  // on the plot area, which fixed axis ranges and margins make known: moving a knob then redraws only what moved.
+  const PLANE_X = [0.97, 2.03], PLANE_Y = [-1.03, 0.05], PLANE_MARGIN = { l: 55, r: 10, t: 32, b: 40 };
+  const PHASE_X = [-1.02, 1.02], PHASE_Y = [-6.1, 1.1], PHASE_MARGIN = { l: 50, r: 10, t: 32, b: 40 };
+  const TRANSPARENT = { paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)" };
+  const pct = (v, [lo, hi], flip) => `${(flip ? (hi - v) : (v - lo)) / (hi - lo) * 100}`;
+
+  function placeArea(id, m) { Object.assign($(id).style, { left: `${m.l}px`, right: `${m.r}px`, top: `${m.t}px`, bottom: `${m.b}px` }); }
+
+  function buildOverlays() {
+    placeArea("plane-area", PLANE_MARGIN);
+    placeArea("phase-area", PHASE_MARGIN);
+    const x = (v) => pct(v, PLANE_X, false), y = (v) => pct(v, PLANE_Y, true);
+    const rect = (name, x0, x1, y0, y1) => `<rect x="${x(x0)}" y="${y(y1)}" width="${x(x1) - x(x0)}" height="${y(y0) - y(y1)}" ` +
+      `fill="${meta.colors[name]}" fill-opacity="0.12"/>`;
+    const svg = `<svg viewBox="0 0 100 100" preserveAspectRatio="none">${rect("I", 1, 1.5, -0.1, 0)}${rect("IV", 1, 1.5, -1, -0.1)}` +
+      `${rect("II", 1.5, 2, -1, -0.1)}${rect("III", 1.5, 2, -0.1, 0)}` +
+      `<path d="M ${x(1)} ${y(0)} L ${x(2)} ${y(-1)} L ${x(1)} ${y(-1)} Z" fill="#888" fill-opacity="0.25"/></svg>`;
+    const label = (text, lx, ly, cls = "") => `<span class="${cls}" style="left:${x(lx)}%;top:${y(ly)}%;` +
+      `color:${meta.colors[text] || "#555"}">${text}</span>`;
+    $("plane-area").innerHTML = svg + label("I", 1.25, -0.04) + label("II", 1.75, -0.7) + label("III", 1.75, -0.04) +
+      label("IV", 1.12, -0.55) + label("unreachable: ℓ + PD < 1", 1.25, -0.85, "note");
+  }
+
   function drawPlane(p) {
     const colors = meta.colors;
-    const box = (name, x0, x1, y0, y1) => ({ type: "rect", x0, x1, y0, y1, line: { width: 0 }, fillcolor: colors[name],
-      opacity: 0.12, layer: "below" });
-    const shapes = [box("I", 1, 1.5, -0.1, 0), box("IV", 1, 1.5, -1, -0.1), box("II", 1.5, 2, -1, -0.1), box("III", 1.5, 2, -0.1, 0),
-      { type: "path", path: "M 1 0 L 2 -1 L 1 -1 Z", fillcolor: "#888", opacity: 0.25, line: { width: 0 }, layer: "below" }];
-    const labels = [["I", 1.25, -0.03], ["II", 1.75, -0.7], ["III", 1.75, -0.03], ["IV", 1.12, -0.55]].map(([t, x, y]) => (
-      { x, y, text: `<b>${t}</b>`, showarrow: false, font: { size: 14, color: colors[t] }, opacity: 0.6 }));
-    labels.push({ x: 1.3, y: -0.5, text: "unreachable: ℓ + PD < 1", showarrow: false, font: { size: 10, color: "#555" } });
     const corners = ORDER.map((name) => {
       const c = p.corners[name];
       return { uid: `corner-${name}`, type: "scatter", mode: "markers+text", x: [c.l_order], y: [c.pd], text: [name],
         textposition: "top right", marker: { size: 10, color: colors[name], symbol: "diamond", line: { width: 1, color: "#fff" } },
-        name: `corner ${name} (c=${fmt(c.c)}, λ=${fmt(c.lam)}, γ=${fmt(c.gamma)})`, showlegend: false,
-        hovertemplate: `corner ${name}: λ=${c.lam}, γ=${c.gamma}<br>ℓ=%{x:.4f}, PD=%{y:.4f}<extra></extra>` };
+        name: `corner ${name} (c=${fmt(c.c)}, λ=${fmt(c.lam)}, γ=${fmt(c.gamma)})`, showlegend: false };
     });
     const traces = [
-      { uid: "lam-path", type: "scatter", mode: "lines", x: p.lam_path.l_order, y: p.lam_path.pd, customdata: p.lam_path.lam,
-        line: { color: "#444", width: 1.5 }, name: "λ from −1 to 1 (this c, γ)", hovertemplate: "λ=%{customdata:.3f}<extra></extra>" },
-      { uid: "c-path", type: "scatter", mode: "lines", x: p.c_path.l_order, y: p.c_path.pd, customdata: p.c_path.c,
-        line: { color: "#444", width: 1, dash: "dot" }, name: "c from 1e-6 to 10 (this λ, γ)", hovertemplate: "c=%{customdata:.2e}<extra></extra>" },
+      { uid: "lam-path", type: "scatter", mode: "lines", x: p.lam_path.l_order, y: p.lam_path.pd,
+        line: { color: "#444", width: 1.5 }, name: "λ from −1 to 1 (this c, γ)" },
+      { uid: "c-path", type: "scatter", mode: "lines", x: p.c_path.l_order, y: p.c_path.pd,
+        line: { color: "#444", width: 1, dash: "dot" }, name: "c from 1e-6 to 10 (this λ, γ)" },
       ...corners,
       { uid: "current", type: "scatter", mode: "markers", x: [p.metrics.l_order], y: [p.metrics.pd], name: "current knobs",
-        marker: { size: 15, symbol: "star", color: "#111" }, hovertemplate: "current: ℓ=%{x:.4f}, PD=%{y:.4f}<extra></extra>" },
+        marker: { size: 15, symbol: "star", color: "#111" } },
     ];
-    const layout = { title: { text: "Regime map: PD against ℓ-order", font: { size: 13 } }, font: FONT, shapes, annotations: labels,
-      xaxis: { title: axisTitle("ℓ-order (1 rich, 2 lazy)"), range: [0.97, 2.03], zeroline: false },
-      yaxis: { title: axisTitle("PD (0 PT-independent, −1 PT-dependent)"), range: [-1.03, 0.05], zeroline: false },
-      legend: { x: 0.01, y: 0.01, yanchor: "bottom", bgcolor: "rgba(255,255,255,0.7)", font: { size: 10 } },
-      margin: { l: 55, r: 10, t: 32, b: 40 } };
+    const layout = { title: { text: "Regime map: PD against ℓ-order", font: { size: 13 } }, font: FONT, ...TRANSPARENT,
+      xaxis: { title: axisTitle("ℓ-order (1 rich, 2 lazy)"), range: PLANE_X, zeroline: false, automargin: false },
+      yaxis: { title: axisTitle("PD (0 PT-independent, −1 PT-dependent)"), range: PLANE_Y, zeroline: false, automargin: false },
+      legend: { x: 0.99, xanchor: "right", y: 0.85, bgcolor: "rgba(255,255,255,0.7)", font: { size: 10 } },
+      hovermode: "closest", margin: PLANE_MARGIN };
     return Plotly.react("plane", traces, layout, CONFIG);
   }
 
+  // The regime map over (λ, c) depends on γ, |β_PT|, |β_FT| only: it is redrawn when they change; c and λ move the star.
+  let phaseKey = null;
+
+  function placeStar(k) {
+    const fx = (k.lam - PHASE_X[0]) / (PHASE_X[1] - PHASE_X[0]), fy = (Math.log10(k.c) - PHASE_Y[0]) / (PHASE_Y[1] - PHASE_Y[0]);
+    const star = $("phase-star");
+    star.hidden = !(fx >= 0 && fx <= 1 && fy >= 0 && fy <= 1);
+    Object.assign(star.style, { left: `${fx * 100}%`, top: `${(1 - fy) * 100}%` });
+  }
+
   function drawPhase(p) {
+    const k = p.knobs;
+    const key = JSON.stringify([k.gamma, k.beta_pt, k.beta_ft]);
+    placeStar(k);
+    if (phaseKey === key) return null;
+    phaseKey = key;
     const colors = ORDER.map((n) => meta.colors[n]);
     const scale = [];
     colors.forEach((c, i) => { scale.push([i / 4, c], [(i + 1) / 4, c]); });
-    const k = p.knobs;
+    const names = p.phase.regime.map((row) => row.map((v) => (v === null ? "" : ORDER[v])));
     const traces = [
       { uid: "phase", type: "heatmap", x: p.phase.lam, y: p.phase.log10_c, z: p.phase.regime, zmin: -0.5, zmax: 3.5,
-        colorscale: scale, opacity: 0.75, hoverongaps: false, customdata: p.phase.regime.map((row) => row.map((v) => (v === null ? "" : ORDER[v]))),
-        colorbar: { tickvals: [0, 1, 2, 3], ticktext: ORDER, thickness: 10, len: 0.8 },
+        colorscale: scale, opacity: 0.75, hoverongaps: false, customdata: names, showscale: false,
         hovertemplate: "λ=%{x:.3f}, log10 c=%{y:.2f}: %{customdata}<extra></extra>" },
-      { uid: "current", type: "scatter", mode: "markers", x: [k.lam], y: [Math.log10(k.c)], marker: { size: 14, symbol: "star", color: "#111" },
-        hovertemplate: "current<extra></extra>", showlegend: false },
     ];
-    const layout = { title: { text: `Regime over (λ, c) at γ = ${fmt(k.gamma)}, |β_PT| = ${fmt(k.beta_pt)}, |β_FT| = ${fmt(k.beta_ft)}`,
-      font: { size: 13 } }, font: FONT, xaxis: { title: axisTitle("λ (first layer vs readout at PT init)"), zeroline: false },
-    yaxis: { title: axisTitle("log10 c"), zeroline: false }, margin: { l: 50, r: 10, t: 32, b: 40 } };
+    const key4 = ORDER.map((n) => `<span style="color:${meta.colors[n]}">■ ${n}</span>`).join(" ");
+    const layout = { title: { text: `Regime ${key4} over (λ, c) at γ = ${fmt(k.gamma)}, |β_PT| = ${fmt(k.beta_pt)}, ` +
+      `|β_FT| = ${fmt(k.beta_ft)}`, font: { size: 13 } }, font: FONT,
+    xaxis: { title: axisTitle("λ (first layer vs readout at PT init)"), zeroline: false, range: PHASE_X, automargin: false },
+    yaxis: { title: axisTitle("log10 c"), zeroline: false, range: PHASE_Y, automargin: false }, margin: PHASE_MARGIN };
     return Plotly.react("phase", traces, layout, CONFIG);
   }
 
@@ -409,6 +439,7 @@
   async function start() {
     meta = await (await fetch("/api/knobs")).json();
     buildKnobs();
+    buildOverlays();
     const fromHash = new URLSearchParams(location.hash.slice(1));
     for (const k of KNOBS) {
       const text = fromHash.has(k.name) ? fromHash.get(k.name) : String(meta.defaults[k.name]);
