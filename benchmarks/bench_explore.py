@@ -18,8 +18,10 @@ Run: ``.venv/bin/python benchmarks/bench_explore.py [--repeats 20] [--no-screens
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -57,6 +59,9 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     n = args.repeats
+    version = subprocess.run([args.chromium, "--version"], capture_output=True, text=True).stdout.split()
+    browser = version[1] if len(version) > 1 else "(version unknown)"
+    load = [os.getloadavg()[0]]
     with running(port=0) as server, tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(profile, executable_path=args.chromium, headless=True, args=ARGS,
                                                     viewport={"width": 1500, "height": 950})
@@ -85,6 +90,7 @@ def main() -> None:
         if not args.no_screenshot:
             _screenshot(page, ROOT / "docs" / "figures" / "explore.png")
         ctx.close()
+    load.append(os.getloadavg()[0])
 
     table = "\n".join([
         "| control change | redrawn | changes | median (ms) | p90 (ms) | max (ms) | goal |",
@@ -99,7 +105,8 @@ def main() -> None:
 
 `benchmarks/bench_explore.py`.
 
-Headless Chromium on the same machine as the server (both share its cores). Each change is timed by
+Headless Chromium {browser} on the same machine as the server (both share its 2 cores; 1-minute load
+average {load[0]:.1f} before and {load[1]:.1f} after the run, other work included). Each change is timed by
 the page with `performance.now()` from the control's event to the end of the redraw (request, JSON,
 plotly.js redraw and the next animation frame), one change at a time. The closed forms run in the
 server's request thread; the learning curve, the corners' curves and the jobs each run in their own
