@@ -10,7 +10,7 @@ server goes on serving.
 
 =======================  ====================================================================
 ``GET /``                the page (``/static/app.js``, ``/static/app.css``, ``/static/plotly.min.js``)
-``GET /api/knobs``       defaults of the knobs, regime names and colours, the curves' alpha grid
+``GET /api/knobs``       defaults of the knobs and of the simulations, the regimes' colours
 ``GET /api/point``       :func:`~ftlab.explore.views.point_view` (closed forms, in the request thread)
 ``GET /api/curve``       :func:`~ftlab.explore.views.curve_view` (in the curve process)
 ``GET /api/corners``     :func:`~ftlab.explore.views.corner_view` (in the corners process, cached per task)
@@ -36,12 +36,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from ftlab.dln.regimes import REGIME_COLORS, REGIMES
+from ftlab.dln.regimes import REGIME_COLORS
 from ftlab.explore.jobs import JobTable, Workers, one_line
 from ftlab.explore.knobs import Knobs, parse_knobs, parse_number
 from ftlab.explore.views import (
-    ALPHA_GRID,
-    MAX_SIM_DIM,
     SIM_METHODS,
     advice_view,
     corner_view,
@@ -99,8 +97,8 @@ class _App:
         }
 
     def knobs(self, query: dict) -> dict:
-        return {"defaults": Knobs().as_dict(), "regimes": REGIMES, "colors": REGIME_COLORS, "alpha_grid": ALPHA_GRID,
-                "simulation": SIM_DEFAULTS, "sim_methods": SIM_METHODS, "max_sim_dim": MAX_SIM_DIM}
+        return {"defaults": Knobs().as_dict(), "colors": REGIME_COLORS, "simulation": SIM_DEFAULTS,
+                "sim_methods": SIM_METHODS}
 
     def point(self, query: dict) -> dict:
         return point_view(parse_knobs(query))
