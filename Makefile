@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce reproduce-full test test-slow lint bench data data-full clean
+.PHONY: reproduce reproduce-full test test-slow test-browser browser lint bench data data-full clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -44,6 +44,16 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; exit 5; fi; exit $$rc
+
+# Chromium for the browser tests of `ftlab explore`; best effort (without it they are skipped, reason printed).
+browser:
+	-@if [ "$$(id -u)" = 0 ] && ! command -v chromium >/dev/null 2>&1; then \
+	    (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || \
+	    echo "make browser: Chromium could not be installed; the browser tests will be skipped" >&2; fi
+
+test-browser: $(STAMP) browser
+	$(BIN)/python -m pytest -rs tests/explore/test_browser.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow

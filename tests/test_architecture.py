@@ -21,7 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "transfer": {"core"},
     "experiments": {"core", "models", "data", "dln", "deep", "transfer"},
     "report": {"core", "models", "data", "dln", "deep", "transfer", "experiments"},
-    "cli": {"core", "models", "data", "dln", "deep", "transfer", "experiments", "report"},
+    "explore": {"core", "dln"},
+    "cli": {"core", "models", "data", "dln", "deep", "transfer", "experiments", "report", "explore"},
 }
 
 

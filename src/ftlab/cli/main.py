@@ -35,6 +35,7 @@ COMMANDS = {
     "deep": ("ftlab.cli.deep:deep", "Init-scale interventions and geometry on deep networks."),
     "transfer": ("ftlab.cli.transfer:transfer", "Carry a task vector from one base model to another (BiCo)."),
     "reproduce": ("ftlab.cli.reproduce:reproduce", "Write the reproduction report (results/report.md)."),
+    "explore": ("ftlab.cli.explore:explore", "A local page where regimes, l-order, PD and E_g(alpha) move with the knobs."),
 }
 
 
@@ -76,6 +77,7 @@ def cli(quiet: bool, verbose: int) -> None:
 
     \b
     ftlab theory ...     exact diagonal-network theory (arXiv 2602.20062)
+    ftlab explore        the same theory on a local page, moving with its knobs
     ftlab deep ...       the same knobs (c, lambda, gamma) on real networks
     ftlab transfer ...   training-free task-vector transfer (BiCo, arXiv 2605.28444)
     ftlab reproduce      the reproduction report, quick by default (--full: larger runs,
