@@ -82,9 +82,10 @@ def regenerate(records, *, wall_min: float | None, label: str) -> None:
     import pandas as pd
 
     from ftlab.experiments.transfer_accuracy.records import summarize
+    from ftlab.experiments.transfer_accuracy.run import ALPHA_GRID
     from ftlab.report.transfer import render, write_figures
 
-    sm = summarize(records)
+    sm = summarize(records, alpha_top=max(ALPHA_GRID))
     figs = write_figures(sm, DOCS / "figures", prefix="transfer-")
     head = (f"*Generated from docs/transfer-benchmark-records.csv by `benchmarks/bench_transfer_benchmark.py "
             f"--from-records` ({label}, {time.strftime('%Y-%m-%d')}"
