@@ -29,6 +29,33 @@ DOCS = ROOT / "docs"
 RECORDS = DOCS / "transfer-benchmark-records.csv"
 PILOT = DOCS / "transfer-benchmark-pilot.csv"
 PILOT_SEEDS = 3  # the internal pilot: the recorded run's first seeds size the rest
+DEFAULTS = DOCS / "transfer-defaults-pilot.csv"  # benchmarks/pilot_transfer_defaults.py
+
+
+def defaults_markdown(pilot) -> str:
+    """The validation pilot of ftlab's defaults: per combination of centring, copy rule and repair, the validation
+    accuracy with alpha searched and at alpha = 1, averaged over the design pairs and seeds (text pairs keep no running
+    statistics: their rows without repair stand for every repair mode)."""
+    import pandas as pd
+
+    vis = pilot[pilot["pair"].str.startswith("lite")]
+    text = pilot[~pilot["pair"].str.startswith("lite")]
+    cols = sorted(set(zip(pilot["pair"], pilot["seed"])))
+    rows = []
+    for (center, copies, repair), g in vis.groupby(["center", "copies", "repair"]):
+        t = text[(text["center"] == center) & (text["copies"] == copies)]
+        both = pd.concat([g, t])
+        per = {(r.pair, r.seed): r.val_searched for r in both.itertuples()}
+        rows.append((both["val_searched"].mean(), center, copies, repair, both["val_alpha1"].mean(), per))
+    lines = ["| centred | copies | repair | " + " | ".join(f"{p} s{s}" for p, s in cols)
+             + " | mean, α searched | mean, α = 1 |", "|---|---|---|" + "---|" * (len(cols) + 2)]
+    for mean, center, copies, repair, at1, per in sorted(rows, key=lambda r: -r[0]):
+        cells = " | ".join(f"{100 * per[c]:.1f}" if c in per else "–" for c in cols)
+        lines.append(f"| {'yes' if center else 'no'} | {copies} | {repair} | {cells} | **{100 * mean:.1f}** | "
+                     f"{100 * at1:.1f} |")
+    return ("Validation accuracy (%) of BiCo on the design task of each design pair and seed, α searched over 0, 0.5, "
+            "…, 3 (`benchmarks/pilot_transfer_defaults.py`, records in docs/transfer-defaults-pilot.csv):\n\n"
+            + "\n".join(lines))
 
 
 def pilot_markdown(pilot, records) -> str:
@@ -93,6 +120,9 @@ def regenerate(records, *, wall_min: float | None, label: str) -> None:
     body = render(sm, figures={k: f"figures/{Path(v).name}" for k, v in figs.items()})
     replace_block(DOCS / "transfer-benchmark.md", "<!-- BEGIN generated full -->", "<!-- END generated full -->",
                   head + "\n\n" + body)
+    if DEFAULTS.exists():
+        replace_block(DOCS / "transfer-benchmark.md", "<!-- BEGIN generated defaults -->",
+                      "<!-- END generated defaults -->", defaults_markdown(pd.read_csv(DEFAULTS)))
     pilot = pd.read_csv(PILOT) if PILOT.exists() else None
     replace_block(DOCS / "transfer-benchmark.md", "<!-- BEGIN generated pilot -->", "<!-- END generated pilot -->",
                   pilot_markdown(pilot, records))

@@ -235,8 +235,8 @@ def summarize(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES, al
                             primaries=judge(raw, primaries), findings=judge(raw, ftlab_findings(raw)),
                             rule=rule_check(estimate_cells(raw)), ranking=estimate_ranking(raw),
                             recommended=judge(raw, RECOMMENDED_PRIMARIES), held_out=held_out,
-                            alpha=alpha_landing(raw, top=alpha_top), mechanism=mechanism_table(raw), roc={k: v for k, v in roc.items()
-                                                                                            if v})
+                            alpha=alpha_landing(raw, top=alpha_top), mechanism=mechanism_table(raw),
+                            roc={k: v for k, v in roc.items() if v})
 
 
 #: The effect every primary is powered for (accuracy, 3 points) and the power asked.

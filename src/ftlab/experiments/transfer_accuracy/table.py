@@ -261,13 +261,18 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
 _STYLE: dict[str, dict] = {"fixed": {"marker": "o"}, "searched": {"marker": "s", "mfc": "white"}}
 
 
+#: The transfers a figure shows (the others are in the tables): the paper's method and baselines, centred BiCo, BiCo
+#: with ftlab's repair and copy rule, and the recommended transfer.
+FIGURE_METHODS = ("naive", "transfusion", "bico_input_only", "bico_output_only", "activation_only", "bico",
+                  "bico_centred", "bico+repair", "recommended")
+
+
 def _method_points(table: pd.DataFrame, setting: str) -> list[tuple[str, dict]]:
-    """``[(label, {alpha_mode: (mean, low, high)})]`` for every method x calibration of one setting (task mean)."""
+    """``[(label, {alpha_mode: (mean, low, high)})]`` for every method of :data:`FIGURE_METHODS` x calibration of one
+    setting (task mean)."""
     t = table[(table["setting"] == setting) & (table["task"] == "mean")]
     out = []
-    for m in METHOD_ORDER:
-        if m in (*BASELINES, "finetuned"):
-            continue
+    for m in FIGURE_METHODS:
         sub = t[t["method"] == m]
         for cal in sorted(set(sub["calibration"]), key=lambda c: (c != "n100", c)):
             if m in ("naive", "transfusion") and cal != sorted(set(sub["calibration"]))[-1]:
