@@ -193,7 +193,7 @@ def test_a_useless_transfer_is_warned_before_writing_and_still_written(plain, ca
     assert diag["predicts_below_probe"] is True and diag["estimate"] == pytest.approx(rule["estimate"], rel=1e-9)
 
 
-def test_a_method_without_maps_records_no_diagnostic_and_transfusion_binds_the_loaded_bases(plain, capsys):
+def test_a_method_without_maps_records_no_diagnostic_and_transfusion_reads_both_loaded_bases(plain, capsys):
     extra = _permuted_target_and_rows(independent_target_rows=False)
     code, err = _cli(capsys, "transfer", *plain, *extra, "--method", "transfusion", "--out", "out")
     assert code == 0 and err == [], err

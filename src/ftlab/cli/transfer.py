@@ -14,7 +14,7 @@ import click
 from ftlab.cli.transfer_inputs import calibration_data, default_loss
 from ftlab.cli.transfer_outputs import write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
-from ftlab.transfer.methods import list_methods, method_names, option_help
+from ftlab.transfer.methods import list_methods, method_names, option_help, reads_batches
 from ftlab.transfer.options import TransferOptions, cli_fields, parse_cli_value
 
 
@@ -271,14 +271,12 @@ def _run(a: dict, m, opts, values: dict) -> None:
                                                                 trust_remote_code=trust)
         B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
                        trust_remote_code=trust)
-    if callable(getattr(m, "bind", None)):
-        m = m.bind(A, B)  # a method that matches the two bases' weights (transfusion)
     cal = calibration_data(values, source_folder=a["source_arch"] or a["source_base"],
                            target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
-    if m.calibration is not None and cal is None:
+    if reads_batches(m) and cal is None:
         raise ValueError(f"--method {m.name} needs calibration data: give --data")
     loss = default_loss(a["loss_ref"], A, cal)
-    if m.calibration is not None and m.needs_loss and loss is None:
+    if reads_batches(m) and m.needs_loss and loss is None:
         raise ValueError(f"--method {m.name} fits maps on gradients and needs a loss: give --loss (activation_only runs "
                          "forward passes only)")
     kw = cal.kwargs() if cal is not None else {}

@@ -36,7 +36,7 @@ from ftlab.transfer.calibrate import block_output_shapes, collect_map_statistics
 from ftlab.transfer.kinds import kind_for_module
 from ftlab.transfer.kinds.embedding import vocab_maps
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, paired_stacks
-from ftlab.transfer.methods import FittedTransfer, Method, Statistics, get_method, method_info
+from ftlab.transfer.methods import Bases, FittedTransfer, Method, Statistics, get_method, method_info, reads_batches
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.repair import StatisticsRepair, fit_repair
@@ -241,7 +241,7 @@ def _calibration_data(m: Method, opts: TransferOptions, batches, source_batches,
                       ) -> CalibrationData | None:
     """The paired calibration batches, or None when neither the method nor the depth map reads data."""
     if all(b is None for b in (batches, source_batches, target_batches)):
-        if m.calibration is not None:
+        if reads_batches(m):
             raise ValueError(f"batches is None: method {m.name!r} needs calibration batches")
         if opts.depth_map == "cka":
             raise ValueError("depth_map='cka' needs calibration batches")
@@ -278,10 +278,14 @@ def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, op
 
 
 def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn.Module], data: CalibrationData | None,
-                loss: Callable | None, opts: TransferOptions) -> tuple[Statistics, int]:
-    """What the method's calibration collects, and the number of batches read."""
+                loss: Callable | None, opts: TransferOptions, bases: Bases) -> tuple[Statistics, int]:
+    """What the method declares it reads (:attr:`~ftlab.transfer.methods.Method.calibration`), collected for it, and
+    the number of batches read. ``models``: the models the statistics are taken on (the source base, or the
+    fine-tuned source with ``source_stats="finetuned"``, and the target base); ``bases``: the two base models."""
     if m.calibration is None:
         return None, 0
+    if m.calibration == "bases":
+        return bases, 0
     assert data is not None
     if m.calibration == "maps":
         if m.needs_loss and loss is None:
@@ -308,7 +312,9 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
 
     Steps: check the inputs; ``tau_A``; the depth map (probing the first calibration batch); the
     transfer problem (specs and point pairs); the method's statistics (for map methods: plan, stream,
-    resolve); ``method.prepare`` (the solves) gives a fitted transfer; its ``apply`` gives ``tau_B``.
+    resolve; for methods reading both bases, the two base models); ``method.prepare`` (the solves) gives a fitted
+    transfer; its ``apply`` gives ``tau_B``. Every method goes through these steps: what it reads is what it declares
+    (:attr:`~ftlab.transfer.methods.Method.calibration`), never something the caller prepares for it by its name.
     ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
     residuals are reported (more memory and time).
     """
@@ -322,11 +328,11 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     lmap = _layer_map(source_base, target_base, opts, data, loss)
     problem = _problem(m, source_base, target_base, lmap, opts)
     m.check(tau_a, problem)
-    kept = data.keep_targets() if data is not None and opts.repair != "none" and m.calibration is not None else None
+    kept = data.keep_targets() if data is not None and opts.repair != "none" and reads_batches(m) else None
     t_cal = time.perf_counter()
     source = source_base if opts.source_stats == "base" else \
         (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
-    stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts)
+    stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts, Bases(source_base, target_base))
     box: list[Statistics] = [stats]
     del stats  # not held here: the method may free each statistic once its solves are done
     t_fit = time.perf_counter()
@@ -423,7 +429,7 @@ def transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_b
     method:
         A short name from :func:`~ftlab.transfer.list_methods`: ``bico`` (default), its ablations
         ``bico_input_only`` / ``bico_output_only``, ``activation_only``, ``gradient_only``,
-        ``naive``, ``identity``, ``gradfix``.
+        ``naive``, ``identity``, ``gradfix``, ``transfusion``.
     options:
         Any field of :class:`~ftlab.transfer.options.TransferOptions` (``depth_map``, ``seq_align``,
         ``padding_mask``, ``zero_params``, ``diagnostics``, ``batch_dtype``, ``source_stats``,

@@ -10,14 +10,14 @@ A rule may cover one block of a fused parameter (``part=(i, n)``: block ``i`` of
 blocks along dim 0), e.g. the q/k/v thirds of ``nn.MultiheadAttention.in_proj_weight``.
 
 :func:`infer_spec` asks the layer kinds (:mod:`ftlab.transfer.kinds`, e.g. ``nn.Linear``, convolutions,
-``nn.Embedding``, ``nn.MultiheadAttention``, norm layers, HF ``Conv1D``) for the points and rules of every
-module they recognise, which covers Hugging Face BERT, ViT, CLIP, T5, MPNet, GPT-2 and Llama. A 2-D parameter that belongs to no supported layer
-(OpenCLIP's ``visual.proj``, ``text_projection``) is a bare projection ``x @ P`` (a point named after
-the parameter, captured where it is multiplied). Parameters whose names match :data:`DEFAULT_ZERO`
-(class/positional embeddings, logit scale, mask/register tokens) get a zero delta, as in the public
-third-party BiCo reimplementation in github.com/apanariello4/merge-and-rebase (not the BiCo authors'
-code); this default is not confirmed by the BiCo paper [U]. Any other parameter of an unknown module is
-an error naming it.
+``nn.Embedding``, ``nn.MultiheadAttention``, norm layers, HF ``Conv1D``) for the points and rules of
+every module they recognise, which covers Hugging Face BERT, ViT, CLIP, T5, MPNet, GPT-2 and Llama. A 2-D
+parameter that belongs to no supported layer (OpenCLIP's ``visual.proj``, ``text_projection``) is a bare
+projection ``x @ P`` (a point named after the parameter, captured where it is multiplied). Parameters
+whose names match :data:`DEFAULT_ZERO` (class/positional embeddings, logit scale, mask/register tokens)
+get a zero delta, as in the public third-party BiCo reimplementation in
+github.com/apanariello4/merge-and-rebase (not the BiCo authors' code); this default is not confirmed by
+the BiCo paper [U]. Any other parameter of an unknown module is an error naming it.
 """
 
 from __future__ import annotations
