@@ -89,7 +89,8 @@ def _module_names(model: nn.Module, points: Iterable[Point]) -> tuple[list[str],
     """Module names to hook and bare parameters to watch, for capture points ``points`` (where their kinds say)."""
     mods = dict(model.named_modules())
     params = dict(model.named_parameters())
-    out, bare = [], []
+    out: list[str] = []
+    bare: list[str] = []
     for p in points:
         name, is_param = p.layer_kind.hooked(p)
         if (name in params) if is_param else (name in mods):

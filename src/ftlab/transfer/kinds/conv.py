@@ -65,7 +65,7 @@ def is_depthwise(module: nn.Module) -> bool:
     return g > 1 and g == getattr(module, "in_channels", 0) == getattr(module, "out_channels", 0)
 
 
-def _padding(name: str, mod: nn.Module) -> tuple[int, ...]:
+def _padding(name: str, mod: Any) -> tuple[int, ...]:
     """The zero padding per spatial axis (``"valid"``/``"same"`` resolved); ``ValueError`` for what is not supported."""
     padding = mod.padding
     if padding == "valid":
@@ -88,7 +88,7 @@ class ConvKind(LayerKind):
     :meth:`unfold` holds for any number of spatial axes (``spatial``, named in ``axes``)."""
 
     name = "conv2d"
-    lora_name = "conv"
+    lora_name: ClassVar[str | None] = "conv"
     module_type: ClassVar[type[nn.Module]] = nn.Conv2d
     spatial: ClassVar[int] = 2
     axes: ClassVar[str] = "(B, C, H, W)"
@@ -108,7 +108,7 @@ class ConvKind(LayerKind):
         w = (t.shape[3] + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
         return cols.transpose(1, 2), (h, w)
 
-    def _point(self, name: str, module: nn.Module) -> Point:
+    def _point(self, name: str, module: Any) -> Point:
         """The capture point: input width ``c_in * prod(k)`` (an unfolded patch), output width ``c_out``."""
         W = module.weight
         assert isinstance(W, torch.Tensor)
@@ -122,7 +122,7 @@ class ConvKind(LayerKind):
     def spec(self, name: str, module: nn.Module, ctx: SpecContext) -> tuple[list[Point], dict[str, tuple[Rule, ...]]]:
         pt = self._point(name, module)
         w = joined(name, "weight")
-        rules = {w: (Rule(w, self._weight_rule(), name),)}
+        rules: dict[str, tuple[Rule, ...]] = {w: (Rule(w, self._weight_rule(), name),)}
         if module.bias is not None:
             rules[joined(name, "bias")] = (Rule(joined(name, "bias"), "out_vector", name),)
         return [pt], rules
@@ -141,9 +141,10 @@ class ConvKind(LayerKind):
         return ("unfold", point.conv) if side == "in" else ("channels",)
 
     def affine(self, model: nn.Module, point: Point) -> AffineMap | None:
-        mod = dict(model.named_modules()).get(point.name)
-        if not isinstance(mod, self.module_type):
+        found = dict(model.named_modules()).get(point.name)
+        if not isinstance(found, self.module_type):
             return None
+        mod: Any = found
         W = mod.weight.detach()
         if mod.groups > 1:
             W = grouped_dense(W, mod.groups)
@@ -168,7 +169,7 @@ class ConvKind(LayerKind):
         return D.reshape(shape)
 
     def lora_matrix(self, module: nn.Module, delta: torch.Tensor) -> torch.Tensor | None:
-        return delta.reshape(delta.shape[0], -1) if module.groups == 1 else None
+        return delta.reshape(delta.shape[0], -1) if getattr(module, "groups", 1) == 1 else None
 
     def lora_tensors(self, key: str, B: torch.Tensor, A: torch.Tensor, module: nn.Module) -> dict[str, torch.Tensor]:
         W = module.weight
@@ -178,7 +179,7 @@ class ConvKind(LayerKind):
 
     def lora_delta(self, module: nn.Module, A: torch.Tensor, B: torch.Tensor, fan_in_fan_out: bool,
                    where: str) -> torch.Tensor:
-        if module.groups != 1:
+        if getattr(module, "groups", 1) != 1:
             raise ValueError(f"{where} is a grouped convolution, which ftlab's LoRA reader does not read")
         W = module.weight
         assert isinstance(W, torch.Tensor)
@@ -195,7 +196,7 @@ class DepthwiseKind(ConvKind):
     def matches(self, module: nn.Module) -> bool:
         return isinstance(module, self.module_type) and is_depthwise(module)
 
-    def _point(self, name: str, module: nn.Module) -> Point:
+    def _point(self, name: str, module: Any) -> Point:
         """One channel space on both sides: input and output width ``c``."""
         pt = super()._point(name, module)
         return Point(name, self.name, pt.out_dim, pt.out_dim, pt.conv, groups=pt.groups)

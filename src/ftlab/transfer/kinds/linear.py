@@ -22,7 +22,7 @@ def linear_spec(name: str, module: nn.Module, kind: str, *, transposed: bool = F
     assert isinstance(w, torch.Tensor)
     d_out, d_in = (w.shape[1], w.shape[0]) if transposed else (w.shape[0], w.shape[1])
     w_name = joined(name, "weight")
-    rules = {w_name: (Rule(w_name, "weight_t" if transposed else "weight", name),)}
+    rules: dict[str, tuple[Rule, ...]] = {w_name: (Rule(w_name, "weight_t" if transposed else "weight", name),)}
     if getattr(module, "bias", None) is not None:
         b_name = joined(name, "bias")
         rules[b_name] = (Rule(b_name, "out_vector", name),)
