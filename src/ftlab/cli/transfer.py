@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ftlab.cli.transfer_inputs import calibration_data, default_loss
+from ftlab.cli.transfer_inputs import calibration_data, check_input_files, default_loss
 from ftlab.cli.transfer_outputs import write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
 from ftlab.transfer.methods import list_methods, method_names, option_help, reads_batches
@@ -216,6 +216,7 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     from ftlab.core.results import check_output_place, output_lock
 
     check_output_place(out_dir, _input_paths(locals(), values))  # before any work: inputs are never written over
+    check_input_files([source_base, source_finetuned, target_base], [values.get("data"), values.get("target_data")])
     with output_lock(out_dir):  # a second run on the same --out is refused, not interleaved
         _run(locals(), m, opts, values)
 
