@@ -262,6 +262,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
             by_module.setdefault(mod, {})[attr] = t
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
+    widths: dict[str, int] = {}  # output width of each LoRA module (rows of B)
     report: dict = {"modules": {}, "modules_to_save": []}
     fan_in = set()
     lora_bias = False
@@ -282,7 +283,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
         if B.shape[1] == 0:
             continue
         fan_in.add(kind.fan_in_fan_out)
-        ranks[name] = int(B.shape[1])
+        ranks[name], widths[name] = int(B.shape[1]), int(B.shape[0])
         tensors.update(kind.lora_tensors(f"{_PREFIX}{name}", B.to(torch.float32), A.to(torch.float32), mod))
         if "bias" in deltas:
             lora_bias = True
@@ -292,11 +293,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
         raise ValueError("the target mixes Conv1D (fan-in/fan-out) and other layers; one adapter cannot hold both")
     if lora_bias:  # every LoRA module then has a lora_B bias (zero where its delta has none)
         for name in ranks:
-            key = f"{_PREFIX}{name}.lora_B.bias"
-            if key not in tensors:
-                tensors[key] = torch.zeros(tensors[f"{_PREFIX}{name}.lora_B.weight"].shape[0]
-                                           if f"{_PREFIX}{name}.lora_B.weight" in tensors else
-                                           tensors[f"{_PREFIX}{name}.lora_embedding_B"].shape[0])
+            tensors.setdefault(f"{_PREFIX}{name}.lora_B.bias", torch.zeros(widths[name]))
     r = max(ranks.values(), default=1)
     config = {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": base_name, "r": r, "lora_alpha": r,
               "rank_pattern": {_exact(n): k for n, k in ranks.items() if k != r},
