@@ -22,7 +22,6 @@ from ftlab.transfer.kinds.base import (
     RuleKind,
     SpecContext,
     kind_for_module,
-    kind_named,
     layer_kinds,
     register_kind,
     register_rule,
@@ -33,4 +32,4 @@ from ftlab.transfer.kinds.base import (
 import_submodules(__name__, __path__)
 
 __all__ = ["AffineMap", "Carry", "LayerKind", "NormGain", "Point", "Rule", "RuleKind", "SpecContext", "kind_for_module",
-           "kind_named", "layer_kinds", "register_kind", "register_rule", "rule_kinds", "token_rows"]
+           "layer_kinds", "register_kind", "register_rule", "rule_kinds", "token_rows"]

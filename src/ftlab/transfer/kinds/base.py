@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 __all__ = ["AffineMap", "Carry", "LayerKind", "NormGain", "Point", "Rule", "RuleKind", "SpecContext", "channel_rows",
-           "joined", "kind_for_module", "kind_named", "layer_kinds", "plain_lora_delta", "register_kind",
+           "joined", "kind_for_module", "layer_kinds", "plain_lora_delta", "register_kind",
            "register_rule", "rule_kinds", "token_rows"]
 
 NormGain = Literal["vector", "diagonal"]
@@ -248,13 +248,6 @@ def register_kind(kind: LayerKind) -> LayerKind:
 def layer_kinds() -> Mapping[str, LayerKind]:
     """The registered layer kinds by name, in registration order."""
     return dict(_KINDS)
-
-
-def kind_named(name: str) -> LayerKind:
-    """The layer kind called ``name`` (``ValueError`` naming the choices otherwise)."""
-    if name not in _KINDS:
-        raise ValueError(f"layer kind={name!r} is invalid: must be one of {', '.join(_KINDS)}")
-    return _KINDS[name]
 
 
 def kind_for_module(module: nn.Module) -> LayerKind | None:
