@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 MECHANISM: tuple[str, ...] = ("naive", "bico", "bico+repair", "recommended")
 #: Variants whose fits also give the diagnostic's estimate (the first also the per-layer rows).
 LAYER_VARIANTS: tuple[str, ...] = ("bico", "recommended")
+#: Calibration sets: 100 samples drawn at random from the training draw, or 5 per class (the paper's two regimes).
 CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
 
 

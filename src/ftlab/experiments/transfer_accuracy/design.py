@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from ftlab.core.validate import check_choice, check_int
 from ftlab.experiments.training import TrainConfig
 from ftlab.experiments.transfer_accuracy import family, pairs, tasks, text, vision
+from ftlab.experiments.transfer_accuracy.compare import CALIBRATIONS
 from ftlab.experiments.transfer_accuracy.finetune import LOSS_KINDS, recipe
 from ftlab.experiments.transfer_accuracy.variants import variant_names
 
@@ -35,8 +36,6 @@ __all__ = ["ALPHA_GRID", "CALIBRATIONS", "DESIGN_METHODS", "HEAVY_METHODS", "HEL
            "VISION_DESIGN", "BenchmarkConfig", "FamilyDesign", "MethodPlan", "TextDesign", "TransferSettings",
            "VisionDesign", "full_config", "quick_config", "tiny_config"]
 
-#: Calibration sets: 100 samples drawn at random from the training draw, or 5 per class (the paper's two regimes).
-CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
 #: The alpha grid searched on validation for every method: 0 (the target untouched) to 3 in steps of 0.5.
 ALPHA_GRID: tuple[float, ...] = tuple(0.5 * i for i in range(7))
 #: The seed lists: a point's stored configuration leaves them out (adding seeds keeps a store's finished points).
