@@ -170,10 +170,12 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
 
     \b
       model.safetensors        B's weights + alpha * tau_B (--out-format full), with config.json
-                               and the tokenizer files of a Hugging Face target
+                               and the tokenizer files of a Hugging Face target; BatchNorm
+                               statistics re-pinned on the calibration data (--repair, ftlab's)
       adapter_config.json,     a PEFT LoRA adapter holding tau_B (--out-format lora)
       adapter_model.safetensors
-      task_vector.safetensors  tau_B itself (full output; apply another alpha later)
+      task_vector.safetensors  tau_B itself (full output; apply another alpha later; without
+                               the repair, which depends on alpha)
       report.json              per layer: map shapes, ranks, norms (with --diagnostics: CKA and
                                alignment residuals); time and peak memory; "diagnostic": the
                                estimated share of the task vector that carries over and ftlab's rule
@@ -316,11 +318,18 @@ def _run(a: dict, m, opts, values: dict) -> None:
         extra = f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})"
     else:
         model = tv.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
+        if res.repair is not None and a["alpha"] != 0:
+            with stage("statistics repair"):
+                repaired = res.repair.apply_(model)
+            report["repair"] = {"mode": res.repair.mode, "alpha": a["alpha"], "layers": repaired}
+            extra_repair = f", {len(repaired)} norm layers' statistics repaired ({res.repair.mode})"
+        else:
+            extra_repair = ""
         bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
         if bad:
             raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
         files, extra = write_full(out, tau=tv, model=model, alpha=a["alpha"], report=report,
-                                  target_folder=target_folder), ""
+                                  target_folder=target_folder), extra_repair
     click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
                f"{res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {a['alpha']:g}{extra}; wrote "
                f"{out}/{', '.join(files)}")

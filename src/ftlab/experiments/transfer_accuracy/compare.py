@@ -232,7 +232,7 @@ class _Candidate:
         return out
 
 
-def _mechanism(m: PairModels, name: str, model, scorer: Callable[[Any, str], float], drift_of: Callable | None) -> dict:
+def _mechanism(m: PairModels, name: str, model, scorer: Scorer | Callable, drift_of: Callable | None) -> dict:
     """Drift at the head norm (before any repair) and the spread of the test predictions over the classes."""
     counts = None
     if isinstance(scorer, Scorer):
