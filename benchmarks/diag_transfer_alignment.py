@@ -74,52 +74,10 @@ def figure(df, path: Path) -> None:
     save_figure(fig, path)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
-    ap.add_argument("--variants", default=None, help="comma-separated names (default: all)")
-    ap.add_argument("--out", type=Path, default=Path("results/transfer-investigation"))
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--from-store", type=float, default=None, metavar="MIN",
-                    help="write the docs from every case already in <out>/investigation.jsonl (recorded in MIN "
-                         "minutes), whatever configuration recorded it; runs nothing")
-    args = ap.parse_args()
+def markdown(df) -> str:
+    """The investigation's tables: per variant over each family of cases, the layer ablation, the chosen variant."""
+    from ftlab.experiments.transfer_accuracy.investigate import choose_default, summarize
 
-    from ftlab.core.results import save_table
-    from ftlab.core.sweep import run_sweep
-    from ftlab.experiments.transfer_accuracy.finetune import recipe
-    from ftlab.experiments.transfer_accuracy.investigate import VARIANTS, choose_default, summarize
-    from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig
-
-    variants = args.variants.split(",") if args.variants else list(VARIANTS)
-    # the investigation's "default" is the paper's protocol (uncentred); its recorded cases used these recipes
-    # (32 px, 500 images; 400 glosses of 24 tokens), kept here so that a rerun reproduces them
-    cfg = BenchmarkConfig(resolution=32, n_train=500, n_val=200, n_test=1000, vision_finetune=recipe(lr=0.03, epochs=5),
-                          text_n_train=400, text_n_val=200, text_n_test=600, text_finetune=recipe(lr=0.01, epochs=4),
-                          alpha_grid=(0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0), transfer={}).to_dict()
-    points = []
-    for c in args.cases.split(","):
-        kind, setting, task, seed = c.split(":")
-        points.append({"kind": kind, "setting": setting, "task": task, "seed": int(seed), "variants": variants,
-                       "config": cfg})
-    args.out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    if args.from_store is not None:
-        import json
-
-        import pandas as pd
-
-        recs = [json.loads(line) for line in (args.out / "investigation.jsonl").read_text().splitlines() if line]
-        df = pd.DataFrame([r for rec in recs for r in rec["records"]])
-        points = [rec["point"] for rec in recs]
-        wall = 60 * args.from_store
-    else:
-        df = run_sweep(case_point, points, store=args.out / "investigation.jsonl", workers=args.workers,
-                       desc="alignment investigation")
-        wall = time.perf_counter() - t0
-    df = df.drop(columns=[c for c in ("variants", "config", "kind") if c in df.columns and c != "kind"])
-    save_table(df.drop(columns=["config"], errors="ignore"), args.out / "investigation.csv")
     lines = []
     for label, sel in (("all cases", df), ("EfficientNet pairs", df[df["setting"].str.startswith("lite")]),
                        ("MiniLM-L3 → L6", df[df["setting"].str.startswith("minilm")]),
@@ -155,7 +113,57 @@ def main() -> None:
                          f"{share} | {100 * r.test_alpha1:.1f} | {100 * r.test_best:.1f} ({r.alpha_best:g}) |")
         lines.append("")
     chosen = choose_default(summarize(df))
-    text = "\n".join(lines) + f"\nChosen by validation gain at α = 1 over all cases: **{chosen}**."
+    return "\n".join(lines) + f"\nChosen by validation gain at α = 1 over all cases: **{chosen}**."
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
+    ap.add_argument("--variants", default=None, help="comma-separated names (default: all)")
+    ap.add_argument("--out", type=Path, default=Path("results/transfer-investigation"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--from-store", type=float, default=None, metavar="MIN",
+                    help="write the docs from every case already in <out>/investigation.jsonl (recorded in MIN "
+                         "minutes), whatever configuration recorded it; runs nothing")
+    args = ap.parse_args()
+
+    from ftlab.core.results import save_table
+    from ftlab.core.sweep import run_sweep
+    from ftlab.experiments.transfer_accuracy.design import BenchmarkConfig
+    from ftlab.experiments.transfer_accuracy.finetune import recipe
+    from ftlab.experiments.transfer_accuracy.investigate import VARIANTS
+
+    variants = args.variants.split(",") if args.variants else list(VARIANTS)
+    # the investigation's "default" is the paper's protocol (uncentred); its recorded cases used these recipes
+    # (32 px, 500 images; 400 glosses of 24 tokens), kept here so that a rerun reproduces them
+    cfg = BenchmarkConfig.from_dict(dict(
+        resolution=32, n_train=500, n_val=200, n_test=1000, vision_finetune=recipe(lr=0.03, epochs=5), text_n_train=400,
+        text_n_val=200, text_n_test=600, text_finetune=recipe(lr=0.01, epochs=4),
+        alpha_grid=(0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0), transfer={})).to_dict()
+    points = []
+    for c in args.cases.split(","):
+        kind, setting, task, seed = c.split(":")
+        points.append({"kind": kind, "setting": setting, "task": task, "seed": int(seed), "variants": variants,
+                       "config": cfg})
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if args.from_store is not None:
+        import json
+
+        import pandas as pd
+
+        recs = [json.loads(line) for line in (args.out / "investigation.jsonl").read_text().splitlines() if line]
+        df = pd.DataFrame([r for rec in recs for r in rec["records"]])
+        points = [rec["point"] for rec in recs]
+        wall = 60 * args.from_store
+    else:
+        df = run_sweep(case_point, points, store=args.out / "investigation.jsonl", workers=args.workers,
+                       desc="alignment investigation")
+        wall = time.perf_counter() - t0
+    df = df.drop(columns=[c for c in ("variants", "config", "kind") if c in df.columns and c != "kind"])
+    save_table(df.drop(columns=["config"], errors="ignore"), args.out / "investigation.csv")
+    text = markdown(df)
     print(text)
     print(f"{len(points)} cases x {len(variants)} variants in {wall:.0f} s")
     if args.no_write:

@@ -10,8 +10,16 @@ import torch
 from ftlab.experiments.training import accuracy
 from ftlab.experiments.transfer_accuracy import family
 from ftlab.experiments.transfer_accuracy.compare import PairData, PairModels, evaluate_pair
+from ftlab.experiments.transfer_accuracy.design import (
+    BenchmarkConfig,
+    FamilyDesign,
+    MethodPlan,
+    TextDesign,
+    TransferSettings,
+    VisionDesign,
+)
 from ftlab.experiments.transfer_accuracy.finetune import finetune, recipe, task_loss
-from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, run_benchmark, tiny_config
+from ftlab.experiments.transfer_accuracy.run import run_benchmark, tiny_config
 from ftlab.experiments.transfer_accuracy.table import (
     gap_closed,
     layer_table,
@@ -55,7 +63,7 @@ def test_transfer_between_identical_bases_reproduces_the_source_fine_tuning(iden
     df, src_acc = identical_bases_rows
     acc = df[df["record"] == "accuracy"]
     fixed = acc[acc["alpha_mode"] == "fixed"].set_index(["method", "calibration"])["accuracy"]
-    assert fixed[("identity", "n100")] == src_acc and fixed[("naive", "-")] == src_acc
+    assert fixed[("identity", "-")] == src_acc and fixed[("naive", "-")] == src_acc
     # direct fine-tuning of an identical twin with the same recipe and seed is the same model
     assert fixed[("finetuned", "-")] == src_acc
     # a self-transfer returns tau_A (exact completion of the undetermined directions), with 100 rows or 5 per class
@@ -68,7 +76,8 @@ def test_rows_cover_methods_modes_calibrations_and_layers(identical_bases_rows):
     acc = df[df["record"] == "accuracy"]
     assert set(acc["alpha_mode"]) == {"fixed", "searched"}
     assert set(acc[acc["method"] == "bico"]["calibration"]) == {"n100", "k5"}
-    assert set(acc[acc["method"] == "naive"]["calibration"]) == {"-"}  # no calibration: run once
+    # methods whose calibration pass collects nothing (the registry says so) run once, with calibration "-"
+    assert set(acc[acc["method"].isin(["naive", "identity"])]["calibration"]) == {"-"}
     assert set(acc[acc["method"] == "bico"]["n_cal"]) == {100, 10}  # 5 per class of 2 classes
     assert set(acc[acc["alpha_mode"] == "searched"].dropna(subset=["alpha"])["alpha"]) <= {0.5, 1.0, 2.0}
     lay = df[df["record"] == "layer"]
@@ -148,14 +157,30 @@ def test_layer_table_bins_and_shares():
 def test_config_validation_and_round_trip():
     cfg = tiny_config()
     assert BenchmarkConfig.from_dict(cfg.to_dict()) == cfg
+    # every flat key belongs to exactly one part of the design
+    parts = (VisionDesign, TextDesign, FamilyDesign, MethodPlan, TransferSettings)
+    assert len(cfg.to_dict()) == sum(len(p.keys()) for p in parts)
+    assert all(getattr(cfg, k) == getattr(getattr(cfg, part), k) for part in ("vision", "text", "family", "plan",
+                                                                              "settings")
+               for k in getattr(cfg, part).keys())  # flat keys read as attributes
+    with pytest.raises(AttributeError, match="n_trian"):
+        cfg.n_trian  # noqa: B018
+    other = cfg.replace(family_seeds=(5,))
+    assert other.family == FamilyDesign.from_flat({**cfg.to_dict(), "family_seeds": (5,)}) != cfg.family
+    assert (other.vision, other.text, other.plan, other.settings) == (cfg.vision, cfg.text, cfg.plan, cfg.settings)
     with pytest.raises(ValueError, match="image task"):
-        BenchmarkConfig(image_tasks=("cifar",))
+        VisionDesign(image_tasks=("cifar",))
     with pytest.raises(ValueError, match="n100 needs at least 100"):
-        BenchmarkConfig(n_train=50)
+        BenchmarkConfig.from_dict({"n_train": 50})
+    assert BenchmarkConfig.from_dict({"n_train": 50, "calibrations": ["k5"]}).vision.n_train == 50
     with pytest.raises(ValueError, match="alpha_grid"):
-        BenchmarkConfig(alpha_grid=(0.5, 2.0))
+        TransferSettings(alpha_grid=(0.5, 2.0))
     with pytest.raises(ValueError, match="cal_loss"):
-        BenchmarkConfig(cal_loss="hinge")
+        BenchmarkConfig.from_dict({"cal_loss": "hinge"})
+    with pytest.raises(ValueError, match="'fashion' is both a design task and a held-out task"):
+        VisionDesign(image_tasks=("fashion",), heldout_image_tasks=("fashion",))
+    with pytest.raises(ValueError, match="unknown benchmark configuration key 'n_trian'"):
+        BenchmarkConfig.from_dict({"n_trian": 500})
     kinds = [p["kind"] for p in BenchmarkConfig().points(text_available=["minilm_l3->minilm_l6"])]
     assert kinds[0] == "vision" and "text" in kinds and kinds[-1] == "family"
 

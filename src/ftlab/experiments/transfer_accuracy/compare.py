@@ -32,19 +32,27 @@ from typing import Any
 import numpy as np
 import torch
 
+from ftlab.core.modes import module_mode
+from ftlab.core.validate import check_choice
+from ftlab.experiments.training import n_rows, take_rows
+from ftlab.experiments.transfer_accuracy.finetune import batches_of
 from ftlab.experiments.transfer_accuracy.variants import Variant, fit_key, get_variant
+from ftlab.transfer import TransferOptions, fit_transfer, get_method, search_alpha, split_options
+from ftlab.transfer.align import RankWarning
+from ftlab.transfer.diagnose import diagnosis_from_result
+from ftlab.transfer.methods import method_info
+from ftlab.transfer.repair import fit_repair
 
-__all__ = ["CALIBRATION_FREE", "MECHANISM", "PairData", "PairModels", "Scorer", "calibration_batches",
-           "evaluate_pair"]
+__all__ = ["MECHANISM", "AlphaChoice", "PairData", "PairModels", "Scorer", "calibration_batches", "choose_alpha",
+           "evaluate_pair", "layer_records", "reads_no_data"]
 
 log = logging.getLogger(__name__)
 
-#: Methods that read no calibration data: run once per (setting, task, seed), recorded with calibration "-".
-CALIBRATION_FREE: tuple[str, ...] = ("naive", "transfusion")
 #: Variants whose mechanism (drift at the head norm, spread of the predictions) is recorded at alpha = 1.
 MECHANISM: tuple[str, ...] = ("naive", "bico", "bico+repair", "recommended")
 #: Variants whose fits also give the diagnostic's estimate (the first also the per-layer rows).
 LAYER_VARIANTS: tuple[str, ...] = ("bico", "recommended")
+#: Calibration sets: 100 samples drawn at random from the training draw, or 5 per class (the paper's two regimes).
 CALIBRATIONS: tuple[str, ...] = ("n100", "k5")
 
 
@@ -57,9 +65,6 @@ class Scorer:
         self.classes = None if classes is None else torch.as_tensor(list(classes), dtype=torch.long)
 
     def predictions(self, model, split: str) -> torch.Tensor:
-        from ftlab.core.modes import module_mode
-        from ftlab.experiments.training import n_rows, take_rows
-
         x, _ = self.splits[split]
         out = []
         with torch.inference_mode(), module_mode(model):
@@ -102,19 +107,57 @@ class PairData:
     target_scores: tuple[float, float] | None = None
 
 
-def _record(m: PairModels, method, calibration, mode, alpha, n_cal, acc, seconds=math.nan, val=math.nan) -> dict:
-    return {"record": "accuracy", "setting": m.setting, "task": m.task, "seed": int(m.seed), "method": method,
-            "calibration": calibration, "alpha_mode": mode, "alpha": float(alpha), "n_cal": int(n_cal),
-            "accuracy": float(acc), "val_accuracy": float(val), "seconds": float(seconds)}
+def reads_no_data(method: str) -> bool:
+    """Whether a registered method's calibration pass collects nothing (:attr:`ftlab.transfer.Method.calibration`
+    is None): such a method runs once per (setting, task, seed), recorded with calibration ``"-"``."""
+    return get_method(method).calibration is None
+
+
+def _records(m: PairModels, method: str, calibration: str, n_cal: int, fixed: tuple, searched: tuple,
+             seconds: float = math.nan) -> list[dict]:
+    """The ``fixed`` and ``searched`` accuracy records of one method, each from ``(alpha, test accuracy, validation
+    accuracy)``."""
+    return [{"record": "accuracy", "setting": m.setting, "task": m.task, "seed": int(m.seed), "method": method,
+             "calibration": calibration, "alpha_mode": mode, "alpha": float(alpha), "n_cal": int(n_cal),
+             "accuracy": float(acc), "val_accuracy": float(val), "seconds": float(seconds)}
+            for mode, (alpha, acc, val) in (("fixed", fixed), ("searched", searched))]
+
+
+@dataclass(frozen=True)
+class AlphaChoice:
+    """The alpha of ``B + alpha tau_B`` chosen on validation and the test accuracies: ``alpha`` (the grid's best
+    validation accuracy, ties to the smallest), ``val`` (validation accuracy per alpha of the grid), ``test_fixed``
+    (at alpha = 1) and ``test_searched`` (at ``alpha``)."""
+
+    alpha: float
+    val: Mapping[float, float]
+    test_fixed: float
+    test_searched: float
+
+
+def choose_alpha(model_at: Callable[[float], Any], score: Callable[[Any, str], float], grid: Sequence[float], *,
+                 known_val: Mapping[float, float] | None = None) -> AlphaChoice:
+    """Search ``grid`` (which holds 1) on the validation split with :func:`ftlab.transfer.search_alpha` and score
+    the test split at alpha = 1 and at the chosen alpha. ``model_at(alpha)`` builds ``B + alpha tau_B``,
+    ``score(model, split)`` is an accuracy; ``known_val``: validation accuracies already known (alpha = 0: the
+    target's own)."""
+    if 1.0 not in grid:
+        raise ValueError(f"alpha_grid={tuple(grid)!r} must contain 1.0")
+    known = known_val or {}
+    vals: dict[float, float] = {}
+
+    def val_score(a: float) -> float:
+        vals[a] = known[a] if a in known else score(model_at(a), "val")
+        return vals[a]
+
+    best, _ = search_alpha(val_score, grid=grid)
+    test1 = score(model_at(1.0), "test")
+    return AlphaChoice(best, vals, test1, test1 if best == 1.0 else score(model_at(best), "test"))
 
 
 def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int = 32) -> list[tuple]:
     """The calibration batches ``kind`` (``n100``: 100 samples drawn by ``seed``; ``k5``: 5 per class, the first
     five of each class in a ``seed``-drawn order), as ``(inputs, labels)`` batches of ``batch_size``."""
-    from ftlab.core.validate import check_choice
-    from ftlab.experiments.training import n_rows, take_rows
-    from ftlab.experiments.transfer_accuracy.finetune import batches_of
-
     check_choice("calibration", kind, CALIBRATIONS)
     if kind == "n100":
         return batches_of(inputs, labels, batch_size=batch_size, n=min(100, n_rows(inputs)), seed=seed)
@@ -128,8 +171,6 @@ def calibration_batches(inputs, labels, *, kind: str, seed: int, batch_size: int
 
 def _diagnose(res) -> dict:
     """The diagnostic's estimate of the share of tau_A that carries over, read off a finished fit (no second pass)."""
-    from ftlab.transfer.diagnose import diagnosis_from_result
-
     try:
         dg = diagnosis_from_result(res)
     except ValueError as exc:
@@ -138,41 +179,41 @@ def _diagnose(res) -> dict:
     return {"estimate": float(dg.estimate), "estimate_cka": float(dg.estimate_cka), "zeroed_share": float(dg.zeroed_share)}
 
 
-def _layer_rows(res, m: PairModels, calibration: str) -> list[dict]:
-    """Per target capture point: CKA in/out, ranks, rows and the share of ||tau_A||^2 of the paired source layer."""
+def layer_records(res) -> list[dict]:
+    """Per target capture point of a finished fit, in order: CKA, Procrustes similarity, rank, dimensions and rows of
+    each side's map, the alignment residuals, and ``tau_share``, the share of ``||tau_A||^2`` held by the paired
+    source layer. (The diagnostic's ``tau_share``, :func:`ftlab.transfer.diagnose.diagnosis_from_result`, is the
+    share of the task vector as the target receives it: a source layer feeding two target layers counts twice and
+    the target's zeroed parameters count; the records keep the source's view.)"""
     total = float(res.source_norms.get("total") or 0.0) ** 2
-    rows = []
-    for i, rec in enumerate(res.layers()):
-        share = (rec.get("source_norm", math.nan) ** 2 / total) if total > 0 else math.nan
-        rows.append({"record": "layer", "setting": m.setting, "task": m.task, "seed": int(m.seed),
-                     "calibration": calibration, "order": i, "point": rec["target"], "source_point": rec["source"],
-                     **{f"{s}_{k}": rec.get(f"{s}_{k}", math.nan) for s in ("in", "out")
-                        for k in ("cka", "similarity", "rank", "dims", "rows")},
-                     "in_residual": rec.get("in_residual_fit", math.nan),
-                     "out_residual": rec.get("out_residual_fit", math.nan), "tau_share": share})
-    return rows
+    return [{"order": i, "point": rec["target"], "source_point": rec["source"],
+             **{f"{s}_{k}": rec.get(f"{s}_{k}", math.nan) for s in ("in", "out")
+                for k in ("cka", "similarity", "rank", "dims", "rows")},
+             "in_residual": rec.get("in_residual_fit", math.nan), "out_residual": rec.get("out_residual_fit", math.nan),
+             "tau_share": (rec.get("source_norm", math.nan) ** 2 / total) if total > 0 else math.nan}
+            for i, rec in enumerate(res.layers())]
+
+
+def _layer_rows(res, m: PairModels, calibration: str) -> list[dict]:
+    head = {"record": "layer", "setting": m.setting, "task": m.task, "seed": int(m.seed), "calibration": calibration}
+    return [{**head, **rec} for rec in layer_records(res)]
 
 
 def _fit(v: Variant, options: dict, m: PairModels, batches, loss):
     """One transfer of variant ``v`` with copies summed and no repair (both applied per variant afterwards);
     ``None`` when the method does not apply to these models."""
-    from ftlab.transfer import fit_transfer, list_methods, split_options
-    from ftlab.transfer.align import RankWarning
-
-    own = {f.name for i in list_methods() if i.name == v.method for f in dataclasses.fields(i.options_type)}
-    from ftlab.transfer import TransferOptions
-
+    own = {f.name for f in dataclasses.fields(method_info(v.method).options_type)}
     general = set(TransferOptions.field_names())
     mine = {k: val for k, val in options.items() if k in general or k in own}
     mine.update(v.method_options, copies="sum", repair="none")
     try:
         topts, method = split_options(v.method, mine)
-        if v.method == "transfusion":
-            method = method.bind(m.source_base, m.target_base)  # type: ignore[attr-defined]
+        if hasattr(method, "bind"):  # a method that reads both bases' weights (TransFusion)
+            method = method.bind(m.source_base, m.target_base)
         with warnings.catch_warnings():  # rank deficits are expected at 100 rows; the layer rows record them
             warnings.simplefilter("ignore", RankWarning)
             return fit_transfer(m.source_base, m.source_ft, m.target_base,
-                                None if v.method in CALIBRATION_FREE else batches, loss, method=method, options=topts)
+                                None if method.calibration is None else batches, loss, method=method, options=topts)
     except ValueError as exc:
         log.info("method %s skipped: %s", v.name, exc)
         return None
@@ -215,7 +256,7 @@ class _PairRun:
         self.scored: dict = {}  # variants that build the same models share their scores
 
     def fit(self, v: Variant, calibration: str, batches):
-        key = (fit_key(v), "-" if v.method in CALIBRATION_FREE else calibration)
+        key = (fit_key(v), "-" if reads_no_data(v.method) else calibration)
         if key not in self.fits:
             t0 = time.perf_counter()
             res = _fit(v, self.d.transfer_options, self.m, batches, self.d.loss)
@@ -223,8 +264,6 @@ class _PairRun:
         return self.fits[key]
 
     def repair(self, mode: str, calibration: str, batches):
-        from ftlab.transfer.repair import fit_repair
-
         if mode == "none":
             return None
         if (mode, calibration) not in self.repairs:
@@ -238,18 +277,9 @@ class _PairRun:
         per_layer = self.drift_ref.drift(model)
         return float(list(per_layer.values())[-1]) if per_layer else math.nan
 
-    def searched(self, cand: _Candidate) -> tuple[float, dict[float, float]]:
-        """The alpha with the best validation accuracy (ties: the smallest) and the validation score of each."""
-        from ftlab.transfer.evaluate import search_alpha
-
-        vals: dict[float, float] = {}
-
-        def val_score(a: float) -> float:
-            vals[a] = self.base_val if a == 0.0 else self.d.score(cand.model(a), "val")
-            return vals[a]
-
-        best, _ = search_alpha(val_score, grid=self.grid)
-        return best, vals
+    def choice(self, cand: _Candidate) -> AlphaChoice:
+        """The candidate's alpha chosen on validation and its test accuracies (alpha = 0 is the target itself)."""
+        return choose_alpha(cand.model, self.d.score, self.grid, known_val={0.0: self.base_val})
 
 
 def evaluate_pair(m: PairModels, d: PairData, plan: Mapping[str, Sequence[str]], *, alpha_grid: Sequence[float],
@@ -257,15 +287,16 @@ def evaluate_pair(m: PairModels, d: PairData, plan: Mapping[str, Sequence[str]],
                   mechanism: Sequence[str] = MECHANISM) -> list[dict]:
     """Rows for one (setting, task, seed): the baseline, fine-tuned, and every variant of ``plan`` (``{calibration:
     variant names}``) at alpha = 1 and searched (see the module docstring). A variant whose method does not apply to
-    these shapes (``ValueError`` from ``ftlab.transfer``) is skipped and logged; the methods of
-    :data:`CALIBRATION_FREE` read no calibration data and run once."""
+    these shapes (``ValueError`` from ``ftlab.transfer``) is skipped and logged; methods that read no calibration data
+    (:func:`reads_no_data`) run once."""
     if 1.0 not in alpha_grid:
         raise ValueError(f"alpha_grid={tuple(alpha_grid)!r} must contain 1.0")
     run = _PairRun(m, d, alpha_grid, cal_batch_size)
     base_acc, ft_acc = d.target_scores if d.target_scores is not None else (d.score(m.target_base, "test"),
                                                                             d.score(m.target_ft, "test"))
-    rows = [_record(m, m.baseline, "-", mode, math.nan, 0, base_acc, val=run.base_val) for mode in ("fixed", "searched")]
-    rows += [_record(m, "finetuned", "-", mode, math.nan, 0, ft_acc) for mode in ("fixed", "searched")]
+    own = (math.nan, base_acc, run.base_val)
+    rows = _records(m, m.baseline, "-", 0, own, own)
+    rows += _records(m, "finetuned", "-", 0, (math.nan, ft_acc, math.nan), (math.nan, ft_acc, math.nan))
     first = next(iter(plan), "n100")
     done_free: set[str] = set()
     for calibration, names in plan.items():
@@ -278,7 +309,7 @@ def evaluate_pair(m: PairModels, d: PairData, plan: Mapping[str, Sequence[str]],
             rows.append(_mechanism(m, m.baseline, m.target_base, d.score, run.drift))
         for name in names:
             v = get_variant(name)
-            free = v.method in CALIBRATION_FREE
+            free = reads_no_data(v.method)
             if free and name in done_free:
                 continue
             done_free.add(name)
@@ -295,12 +326,10 @@ def evaluate_pair(m: PairModels, d: PairData, plan: Mapping[str, Sequence[str]],
             cal, ncal = ("-", 0) if free else (calibration, n_cal)
             key = (fit_key(v), cal, copies, v.repair if repair is not None else "none")
             if key not in run.scored:
-                best, vals = run.searched(cand)
-                test1 = d.score(cand.model(1.0), "test")
-                run.scored[key] = (best, vals, test1, test1 if best == 1.0 else d.score(cand.model(best), "test"))
-            best, vals, test1, acc = run.scored[key]
-            rows.append(_record(m, name, cal, "fixed", 1.0, ncal, test1, seconds, val=vals[1.0]))
-            rows.append(_record(m, name, cal, "searched", best, ncal, acc, seconds, val=vals[best]))
+                run.scored[key] = run.choice(cand)
+            ch = run.scored[key]
+            rows += _records(m, name, cal, ncal, (1.0, ch.test_fixed, ch.val[1.0]),
+                             (ch.alpha, ch.test_searched, ch.val[ch.alpha]), seconds)
             if calibration == first and name in mechanism:
                 rec = _mechanism(m, name, cand.model(1.0), d.score, None)
                 rows.append({**rec, "head_drift": run.drift(tau.apply(m.target_base, 1.0))})

@@ -1,8 +1,8 @@
 """Why output gradients do not align, and what changes it -- ftlab's own investigation.
 
-For a set of (setting, task, seed) cases (:func:`prepare` builds each once: probe heads, fine-tuned source
-and target), BiCo is fitted under each calibration *variant* (:data:`VARIANTS`), one knob changed from the
-benchmark's protocol at a time:
+For a set of (setting, task, seed) cases (:class:`~ftlab.experiments.transfer_accuracy.setup.TaskSetup` builds
+each once, as the benchmark does: probe heads, fine-tuned source and target), BiCo is fitted under each
+calibration *variant* (:data:`VARIANTS`), one knob changed from the benchmark's protocol at a time:
 
 =====================  ==========================================================================
 variant                what changes
@@ -34,6 +34,16 @@ import warnings
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+
+from ftlab.experiments.training import n_rows
+from ftlab.experiments.transfer_accuracy.compare import AlphaChoice, PairData, PairModels, choose_alpha, layer_records
+from ftlab.experiments.transfer_accuracy.design import BenchmarkConfig
+from ftlab.experiments.transfer_accuracy.finetune import batches_of, task_loss
+from ftlab.experiments.transfer_accuracy.setup import TaskSetup
+from ftlab.transfer import TaskVector, fit_transfer, split_options
+from ftlab.transfer.align import RankWarning
+from ftlab.transfer.diagnose import diagnosis_from_result
 
 __all__ = ["VARIANTS", "choose_default", "investigate_case", "layer_ablation", "summarize"]
 
@@ -47,6 +57,8 @@ VARIANTS: dict[str, dict] = {
     "logit loss": {"loss": "logit"},
     "pseudo-label loss": {"loss": "pseudo"},
 }
+#: The alignment statistics summarised per variant (medians over layers weighted by ``tau_share``).
+ALIGNMENT: tuple[str, ...] = ("in_cka", "out_cka", "in_similarity", "out_similarity")
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
@@ -59,64 +71,55 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(v[order][np.searchsorted(c, 0.5 * c[-1])])
 
 
+def _alpha_record(choice: AlphaChoice) -> dict:
+    return {"val_alpha1": choice.val[1.0], "val_best": choice.val[choice.alpha], "alpha_best": choice.alpha,
+            "test_alpha1": choice.test_fixed, "test_best": choice.test_searched}
+
+
+def _fit_variant(setup: TaskSetup, m: PairModels, d: PairData, name: str):
+    """BiCo under one calibration variant (``diagnostics=True``); ``(result, seconds)``."""
+    knobs = dict(VARIANTS[name])
+    loss = task_loss(setup.classes, knobs.pop("loss", setup.cfg.settings.cal_loss))
+    n_cal = int(knobs.pop("n_cal", 100))
+    x, y = d.cal_pool
+    batches = batches_of(x, y, batch_size=setup.cfg.settings.cal_batch_size, n=min(n_cal, n_rows(x)), seed=m.seed)
+    options, method = split_options("bico", {**d.transfer_options, **knobs, "diagnostics": True})
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankWarning)
+        res = fit_transfer(m.source_base, m.source_ft, m.target_base, batches, loss, method=method, options=options)
+    return res, time.perf_counter() - t0
+
+
 def investigate_case(kind: str, setting: str, task: str, seed: int, config: dict, *,
-                     variants: Sequence[str] = tuple(VARIANTS), alpha_grid: Sequence[float] | None = None,
-                     cache: str | None = None, ablate: Sequence[str] = ()) -> list[dict]:
-    """Records for one case: ``record="case"`` (probe / fine-tuned accuracies), ``"variant"`` (accuracies and
-    alignment summaries per variant), ``"layer"`` (per capture point and variant) and, for the variants named in
-    ``ablate``, ``"ablation"`` (:func:`layer_ablation`)."""
-    from ftlab.experiments.transfer_accuracy.finetune import batches_of, task_loss
-    from ftlab.experiments.transfer_accuracy.run import BenchmarkConfig, prepare
-    from ftlab.transfer import TransferOptions, fit_transfer, get_method
-    from ftlab.transfer.align import RankWarning
-
+                     variants: Sequence[str] = tuple(VARIANTS), cache: str | None = None,
+                     ablate: Sequence[str] = ()) -> list[dict]:
+    """Records for one case, built by :class:`~ftlab.experiments.transfer_accuracy.setup.TaskSetup` as the benchmark
+    builds it, alpha searched over the configuration's grid: ``record="case"`` (probe / fine-tuned accuracies),
+    ``"variant"`` (accuracies and alignment summaries per variant), ``"layer"`` (per capture point and variant,
+    :func:`~ftlab.experiments.transfer_accuracy.compare.layer_records`) and, for the variants named in ``ablate``,
+    ``"ablation"`` (:func:`layer_ablation`)."""
     cfg = BenchmarkConfig.from_dict(config)
-    grid = tuple(alpha_grid) if alpha_grid is not None else cfg.alpha_grid
-    p = prepare(kind, setting, task, seed, config, cache)
+    grid = cfg.settings.alpha_grid
+    setup = TaskSetup(kind, task, seed, cfg, pair=setting, cache=cache)
+    m, d = setup.pair(setting)
     head = {"setting": setting, "task": task, "seed": int(seed)}
-    rows: list[dict] = [{"record": "case", **head, "kind": kind,
-                         "probe_val": p.score(p.target_base, "val"), "probe_test": p.score(p.target_base, "test"),
-                         "ft_val": p.score(p.target_ft, "val"), "ft_test": p.score(p.target_ft, "test")}]
-    x, y = p.splits["train"]
+    probe_test, ft_test = d.target_scores or (math.nan, math.nan)
+    rows: list[dict] = [{"record": "case", **head, "kind": kind, "probe_val": d.score(m.target_base, "val"),
+                         "probe_test": probe_test, "ft_val": d.score(m.target_ft, "val"), "ft_test": ft_test}]
     for name in variants:
-        knobs = dict(VARIANTS[name])
-        kind_loss = knobs.pop("loss", cfg.cal_loss)
-        n_cal = int(knobs.pop("n_cal", 100))
-        from ftlab.experiments.training import n_rows
-
-        batches = batches_of(x, y, batch_size=cfg.cal_batch_size, n=min(n_cal, n_rows(x)), seed=seed)
-        opts = {**p.transfer_options, **knobs, "diagnostics": True}
-        method_opts = {k: opts.pop(k) for k in ("center",) if k in opts}
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RankWarning)
-            res = fit_transfer(p.source_base, p.source_ft, p.target_base, batches, task_loss(p.classes, kind_loss),
-                               method=get_method("bico", **method_opts), options=TransferOptions(**opts))
-        seconds = time.perf_counter() - t0
-        tau = res.task_vector
-        val = {a: p.score(tau.apply(p.target_base, a), "val") for a in grid}
-        best = max(grid, key=lambda a: (val[a], -a))
-        test1 = p.score(tau.apply(p.target_base, 1.0), "test")
-        test_best = test1 if best == 1.0 else p.score(tau.apply(p.target_base, best), "test")
-        total = float(res.source_norms.get("total") or 0.0) ** 2
-        layer = []
-        for i, rec in enumerate(res.layers()):
-            share = rec.get("source_norm", math.nan) ** 2 / total if total > 0 else math.nan
-            layer.append({"record": "layer", **head, "variant": name, "order": i, "point": rec["target"],
-                          "in_cka": rec.get("in_cka", math.nan), "out_cka": rec.get("out_cka", math.nan),
-                          "in_similarity": rec.get("in_similarity", math.nan),
-                          "out_similarity": rec.get("out_similarity", math.nan),
-                          "out_rank": rec.get("out_rank", math.nan), "out_dims": rec.get("out_dims", math.nan),
-                          "tau_share": share})
-        lw = np.array([r["tau_share"] for r in layer], dtype=float)
-        summary = {k: _weighted_median(np.array([r[k] for r in layer], dtype=float), lw)
-                   for k in ("in_cka", "out_cka", "in_similarity", "out_similarity")}
-        rows.append({"record": "variant", **head, "variant": name, "val_alpha1": val[1.0], "val_best": val[best],
-                     "alpha_best": best, "test_alpha1": test1, "test_best": test_best, "seconds": seconds,
-                     **{f"{k}_wmedian": v for k, v in summary.items()}})
+        res, seconds = _fit_variant(setup, m, d, name)
+        choice = choose_alpha(lambda a: res.task_vector.apply(m.target_base, a), d.score, grid)  # noqa: B023
+        layer = [{"record": "layer", **head, "variant": name, **rec} for rec in layer_records(res)]
+        weights = np.array([r["tau_share"] for r in layer], dtype=float)
+        summary = {f"{k}_wmedian": _weighted_median(np.array([r[k] for r in layer], dtype=float), weights)
+                   for k in ALIGNMENT}
+        rows.append({"record": "variant", **head, "variant": name, **_alpha_record(choice), "seconds": seconds,
+                     **summary})
         rows += layer
         if name in ablate:
-            rows += [{**r, "variant": name} for r in layer_ablation(p, res, alpha_grid=grid)]
+            rows += [{"record": "ablation", **head, **r, "variant": name}
+                     for r in layer_ablation(m, d, res, alpha_grid=grid)]
     return rows
 
 
@@ -129,30 +132,23 @@ def _point_of(param: str, points: set[str]) -> str | None:
     return None
 
 
-def layer_ablation(p, res, *, alpha_grid: Sequence[float]) -> list[dict]:
+def layer_ablation(m: PairModels, d: PairData, res, *, alpha_grid: Sequence[float]) -> list[dict]:
     """Where does a transferred task vector help or hurt? ``tau_B`` of a finished fit ``res`` kept on subsets of the
-    target's layers (the rest zero): the early or late half by depth, and the layers whose estimated carried share
-    ``c_l = rho_in * rho_out`` (Procrustes similarities of the two sides) is above or below the median; plus the naive
-    transfer of the same ``tau_A``. No refitting: the same maps, evaluated on validation and test."""
-    import torch
-
-    from ftlab.transfer import TaskVector, fit_transfer
-
-    layers = res.layers()
-    order = {r["target"]: i for i, r in enumerate(layers)}
-    carry = {}
-    for r in layers:
-        sims = [r.get(f"{s}_similarity", math.nan) for s in ("in", "out") if f"{s}_map" in r]
-        carry[r["target"]] = math.prod(0.0 if not math.isfinite(x) else x for x in sims) if sims else math.nan
+    target's layers (the rest zero): the early or late half by depth, and the layers whose carried share ``c_l``
+    (:func:`ftlab.transfer.diagnose.diagnosis_from_result`: the product of the two sides' Procrustes similarities)
+    is above or below the median; plus the naive transfer of the same ``tau_A``. No refitting: the same maps,
+    evaluated on validation and test. One dict per subset: ``subset``, ``norm_share`` (its share of
+    ``||tau_B||^2``) and the accuracies at alpha = 1 and searched."""
+    carry = {r["target"]: r["carry"] for r in diagnosis_from_result(res).layers}
+    order = {t: i for i, t in enumerate(carry)}
     finite = [c for c in carry.values() if math.isfinite(c)]
     med = float(np.median(finite)) if finite else math.nan
-    half = len(layers) / 2
+    half = len(order) / 2
     subsets = {"early half": lambda t: order[t] < half, "late half": lambda t: order[t] >= half,
                "carry above median": lambda t: math.isfinite(carry[t]) and carry[t] >= med,
                "carry below median": lambda t: not (math.isfinite(carry[t]) and carry[t] >= med)}
     tau = res.task_vector
     points = set(order)
-    head = {"setting": p.setting, "task": p.task, "seed": int(p.seed)}
     out = []
     for name, keep in subsets.items():
         kept = {}
@@ -160,19 +156,12 @@ def layer_ablation(p, res, *, alpha_grid: Sequence[float]) -> list[dict]:
             pt = _point_of(k, points)
             kept[k] = v if (pt is not None and keep(pt)) else torch.zeros_like(v)
         sub = TaskVector(kept)
-        share = sum(float(v.double().pow(2).sum()) for v in kept.values()) / max(tau.norm() ** 2, 1e-300)
-        val = {a: p.score(sub.apply(p.target_base, a), "val") for a in alpha_grid}
-        best = max(alpha_grid, key=lambda a: (val[a], -a))
-        out.append({"record": "ablation", **head, "subset": name, "norm_share": share, "val_alpha1": val[1.0],
-                    "val_best": val[best], "alpha_best": best, "test_alpha1": p.score(sub.apply(p.target_base, 1.0), "test"),
-                    "test_best": p.score(sub.apply(p.target_base, best), "test")})
-    naive = fit_transfer(p.source_base, p.source_ft, p.target_base, method="naive").task_vector
-    val = {a: p.score(naive.apply(p.target_base, a), "val") for a in alpha_grid}
-    best = max(alpha_grid, key=lambda a: (val[a], -a))
-    out.append({"record": "ablation", **head, "subset": "naive transfer", "norm_share": math.nan,
-                "val_alpha1": val[1.0], "val_best": val[best], "alpha_best": best,
-                "test_alpha1": p.score(naive.apply(p.target_base, 1.0), "test"),
-                "test_best": p.score(naive.apply(p.target_base, best), "test")})
+        choice = choose_alpha(lambda a: sub.apply(m.target_base, a), d.score, alpha_grid)  # noqa: B023
+        out.append({"subset": name, "norm_share": sub.norm() ** 2 / max(tau.norm() ** 2, 1e-300),
+                    **_alpha_record(choice)})
+    naive = fit_transfer(m.source_base, m.source_ft, m.target_base, method="naive").task_vector
+    choice = choose_alpha(lambda a: naive.apply(m.target_base, a), d.score, alpha_grid)
+    out.append({"subset": "naive transfer", "norm_share": math.nan, **_alpha_record(choice)})
     return out
 
 

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 
 import pandas as pd
+import torch
 
 from ftlab.core.validate import check_choice
+from ftlab.experiments.training import accuracy
+from ftlab.experiments.transfer_accuracy.finetune import recipe
 
-__all__ = ["MIN_GAP", "PILOT_RECIPES", "choose_recipes", "pilot_points", "premise_point"]
+__all__ = ["MIN_GAP", "PILOT_RECIPES", "PremiseCase", "choose_recipes", "pilot_points", "premise_point"]
 
 #: Direct fine-tuning must beat the target's linear probe by at least this much (accuracy, on validation).
 MIN_GAP = 0.10
@@ -39,53 +43,54 @@ PILOT_RECIPES: dict[str, tuple[tuple[float, int], ...]] = {
 }
 
 
-def _data(kind: str, task: str, seed: int, n_train: int, n_val: int, n_test: int, size: int):
-    if kind == "vision":
-        from ftlab.experiments.transfer_accuracy.vision import load_image_task
+@dataclass(frozen=True)
+class PremiseCase:
+    """One pilot point: ``encoder`` of a ``kind`` (``vision`` / ``text``) family on ``task`` with one candidate recipe
+    (``lr``, ``epochs`` of :func:`~ftlab.experiments.transfer_accuracy.finetune.recipe`) and ``seed``; ``n_train``,
+    ``n_val``, ``n_test`` examples; ``size`` the image resolution (px) or the text length (tokens)."""
 
-        return load_image_task(task, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed, resolution=size)
-    from ftlab.experiments.transfer_accuracy.pairs import text_tokenizer
-    from ftlab.experiments.transfer_accuracy.text import load_text_task
+    kind: str
+    encoder: str
+    task: str
+    lr: float
+    epochs: int
+    seed: int
+    n_train: int = 500
+    n_val: int = 200
+    n_test: int = 500
+    size: int = 64
 
-    return load_text_task(task, text_tokenizer(), n_train=n_train, n_val=n_val, n_test=n_test, max_length=size,
-                          seed=seed)
+    def __post_init__(self):
+        check_choice("kind", self.kind, tuple(PILOT_RECIPES))
 
 
-def premise_point(kind: str, encoder: str, task: str, lr: float, epochs: int, seed: int, n_train: int, n_val: int,
-                  n_test: int, size: int) -> dict:
-    """One encoder, task, recipe and seed: validation and test accuracy of the linear probe and of the fine-tuned
-    model (fractions in [0, 1]); ``size`` is the image resolution (px) or the text length (tokens)."""
-    import torch
+def premise_point(**case) -> dict:
+    """One :class:`PremiseCase` (a sweep point, its fields as keywords): validation and test accuracy of the linear
+    probe and of the fine-tuned model (fractions in [0, 1]) and the wall time."""
+    # here, not at the top: the set-up imports claims, which imports MIN_GAP from this module
+    from ftlab.experiments.transfer_accuracy.setup import probed_and_tuned, real_task, text_recipe
 
-    from ftlab.experiments.training import accuracy
-    from ftlab.experiments.transfer_accuracy.finetune import finetune, recipe
-    from ftlab.experiments.transfer_accuracy.pairs import load_encoder
-    from ftlab.experiments.transfer_accuracy.probe import ProbeClassifier, fit_probe_head
-    from ftlab.experiments.transfer_accuracy.run import TEXT_FROZEN
-
-    check_choice("kind", kind, ("vision", "text"))
+    c = PremiseCase(**case)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    d = _data(kind, task, seed, n_train, n_val, n_test, size)
-    enc = load_encoder(encoder)
-    base = ProbeClassifier(enc, fit_probe_head(enc, d.x_train, d.y_train, n_classes=d.n_classes)).eval()
-    cfg = recipe(lr=lr, epochs=epochs)
-    if kind == "text":
-        cfg = dataclasses.replace(cfg, frozen=tuple(dict.fromkeys((*cfg.frozen, *TEXT_FROZEN))))
-    ft = finetune(base, d.x_train, d.y_train, range(d.n_classes), config=cfg, seed=seed)
+    d = real_task(c.kind, c.task, seed=c.seed, n_train=c.n_train, n_val=c.n_val, n_test=c.n_test, size=c.size)
+    cfg = recipe(lr=c.lr, epochs=c.epochs)
+    models = probed_and_tuned(c.encoder, d, text_recipe(cfg) if c.kind == "text" else cfg, c.seed)
     out: dict = {}
-    for name, model in (("probe", base), ("finetuned", ft)):
+    for name, model in zip(("probe", "finetuned"), models):
         for split, (x, y) in (("val", (d.x_val, d.y_val)), ("test", (d.x_test, d.y_test))):
             out[f"{name}_{split}"] = accuracy(model, x, y, batch_size=256)
     return {**out, "seconds": time.perf_counter() - t0}
 
 
-def pilot_points(kind: str, encoders, tasks, *, seeds=(0,), n_train=(500,), n_val: int = 200, n_test: int = 500,
-                 size: int = 64, recipes=None) -> list[dict]:
-    """The sweep points of a pilot (every encoder x task x training-set size x recipe x seed)."""
+def pilot_points(kind: str, encoders, tasks, *, seeds=(0,), n_train=(500,), recipes=None, **sizes) -> list[dict]:
+    """The sweep points of a pilot (every encoder x task x training-set size x recipe x seed) as
+    :class:`PremiseCase` dicts; ``sizes``: the fixed ``n_val``, ``n_test`` and ``size`` (defaults: the case's)."""
+    unknown = sorted(set(sizes) - {"n_val", "n_test", "size"})
+    if unknown:
+        raise ValueError(f"unknown pilot size {unknown[0]!r}: give n_val, n_test or size")
     recipes = PILOT_RECIPES[kind] if recipes is None else recipes
-    return [{"kind": kind, "encoder": e, "task": t, "lr": float(lr), "epochs": int(ep), "seed": int(s),
-             "n_train": int(n), "n_val": n_val, "n_test": n_test, "size": size}
+    return [dataclasses.asdict(PremiseCase(kind, e, t, float(lr), int(ep), int(s), int(n), **sizes))
             for t in tasks for n in n_train for e in encoders for lr, ep in recipes for s in seeds]
 
 
