@@ -40,7 +40,7 @@ from ftlab.experiments.transfer_accuracy.variants import Variant, fit_key, get_v
 from ftlab.transfer import TransferOptions, fit_transfer, get_method, search_alpha, split_options
 from ftlab.transfer.align import RankWarning
 from ftlab.transfer.diagnose import diagnosis_from_result
-from ftlab.transfer.methods import method_info
+from ftlab.transfer.methods import method_info, reads_batches
 from ftlab.transfer.repair import fit_repair
 
 __all__ = ["MECHANISM", "AlphaChoice", "PairData", "PairModels", "Scorer", "calibration_batches", "choose_alpha",
@@ -108,9 +108,10 @@ class PairData:
 
 
 def reads_no_data(method: str) -> bool:
-    """Whether a registered method's calibration pass collects nothing (:attr:`ftlab.transfer.Method.calibration`
-    is None): such a method runs once per (setting, task, seed), recorded with calibration ``"-"``."""
-    return get_method(method).calibration is None
+    """Whether a registered method reads no calibration batches (:func:`ftlab.transfer.methods.reads_batches`; it may
+    still read both bases' weights): such a method runs once per (setting, task, seed), recorded with calibration
+    ``"-"``."""
+    return not reads_batches(get_method(method))
 
 
 def _records(m: PairModels, method: str, calibration: str, n_cal: int, fixed: tuple, searched: tuple,
@@ -213,7 +214,7 @@ def _fit(v: Variant, options: dict, m: PairModels, batches, loss):
         with warnings.catch_warnings():  # rank deficits are expected at 100 rows; the layer rows record them
             warnings.simplefilter("ignore", RankWarning)
             return fit_transfer(m.source_base, m.source_ft, m.target_base,
-                                None if method.calibration is None else batches, loss, method=method, options=topts)
+                                batches if reads_batches(method) else None, loss, method=method, options=topts)
     except ValueError as exc:
         log.info("method %s skipped: %s", v.name, exc)
         return None
