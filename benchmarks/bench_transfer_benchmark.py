@@ -29,6 +29,33 @@ DOCS = ROOT / "docs"
 RECORDS = DOCS / "transfer-benchmark-records.csv"
 PILOT = DOCS / "transfer-benchmark-pilot.csv"
 PILOT_SEEDS = 3  # the internal pilot: the recorded run's first seeds size the rest
+DEFAULTS = DOCS / "transfer-defaults-pilot.csv"  # benchmarks/pilot_transfer_defaults.py
+
+
+def defaults_markdown(pilot) -> str:
+    """The validation pilot of ftlab's defaults: per combination of centring, copy rule and repair, the validation
+    accuracy with alpha searched and at alpha = 1, averaged over the design pairs and seeds (text pairs keep no running
+    statistics: their rows without repair stand for every repair mode)."""
+    import pandas as pd
+
+    vis = pilot[pilot["pair"].str.startswith("lite")]
+    text = pilot[~pilot["pair"].str.startswith("lite")]
+    cols = sorted(set(zip(pilot["pair"], pilot["seed"])))
+    rows = []
+    for (center, copies, repair), g in vis.groupby(["center", "copies", "repair"]):
+        t = text[(text["center"] == center) & (text["copies"] == copies)]
+        both = pd.concat([g, t])
+        per = {(r.pair, r.seed): r.val_searched for r in both.itertuples()}
+        rows.append((both["val_searched"].mean(), center, copies, repair, both["val_alpha1"].mean(), per))
+    lines = ["| centred | copies | repair | " + " | ".join(f"{p} s{s}" for p, s in cols)
+             + " | mean, α searched | mean, α = 1 |", "|---|---|---|" + "---|" * (len(cols) + 2)]
+    for mean, center, copies, repair, at1, per in sorted(rows, key=lambda r: -r[0]):
+        cells = " | ".join(f"{100 * per[c]:.1f}" if c in per else "–" for c in cols)
+        lines.append(f"| {'yes' if center else 'no'} | {copies} | {repair} | {cells} | **{100 * mean:.1f}** | "
+                     f"{100 * at1:.1f} |")
+    return ("Validation accuracy (%) of BiCo on the design task of each design pair and seed, α searched over 0, 0.5, "
+            "…, 3 (`benchmarks/pilot_transfer_defaults.py`, records in docs/transfer-defaults-pilot.csv):\n\n"
+            + "\n".join(lines))
 
 
 def pilot_markdown(pilot, records) -> str:
@@ -82,9 +109,10 @@ def regenerate(records, *, wall_min: float | None, label: str) -> None:
     import pandas as pd
 
     from ftlab.experiments.transfer_accuracy.records import summarize
+    from ftlab.experiments.transfer_accuracy.run import ALPHA_GRID
     from ftlab.report.transfer import render, write_figures
 
-    sm = summarize(records)
+    sm = summarize(records, alpha_top=max(ALPHA_GRID))
     figs = write_figures(sm, DOCS / "figures", prefix="transfer-")
     head = (f"*Generated from docs/transfer-benchmark-records.csv by `benchmarks/bench_transfer_benchmark.py "
             f"--from-records` ({label}, {time.strftime('%Y-%m-%d')}"
@@ -92,6 +120,9 @@ def regenerate(records, *, wall_min: float | None, label: str) -> None:
     body = render(sm, figures={k: f"figures/{Path(v).name}" for k, v in figs.items()})
     replace_block(DOCS / "transfer-benchmark.md", "<!-- BEGIN generated full -->", "<!-- END generated full -->",
                   head + "\n\n" + body)
+    if DEFAULTS.exists():
+        replace_block(DOCS / "transfer-benchmark.md", "<!-- BEGIN generated defaults -->",
+                      "<!-- END generated defaults -->", defaults_markdown(pd.read_csv(DEFAULTS)))
     pilot = pd.read_csv(PILOT) if PILOT.exists() else None
     replace_block(DOCS / "transfer-benchmark.md", "<!-- BEGIN generated pilot -->", "<!-- END generated pilot -->",
                   pilot_markdown(pilot, records))
@@ -167,10 +198,13 @@ def from_store(store: Path, *, wall_min: float | None) -> None:
     from ftlab.experiments.transfer_accuracy.records import read_records, write_records
     from ftlab.experiments.transfer_accuracy.run import full_config
 
-    done = read_store(store)
+    planned = full_config().points()
+    keys = {(p["kind"], p["pair"], p["task"], p["seed"]) for p in planned}
+    done = {k: e for k, e in read_store(store).items()
+            if (e["point"]["kind"], e["point"]["pair"], e["point"]["task"], e["point"]["seed"]) in keys}
     rows = [{**{k: v for k, v in e["point"].items() if k not in ("config", "cache", "pair", "kind")}, **r}
             for e in done.values() for r in e["records"]]
-    total = len(full_config().points())
+    total = len(planned)
     write_records(pd.DataFrame(rows), RECORDS)
     label = "full run" if len(done) >= total else f"partial full run: {len(done)} of {total} points"
     regenerate(read_records(RECORDS), wall_min=wall_min, label=label)

@@ -283,3 +283,55 @@ def test_cli_refuses_a_second_run_on_the_same_out(folders, tmp_path, capsys):
         code, _, err = run(base_args(folders, out) + ["--method", "naive"], capsys)
     assert code == 2 and "in use by another ftlab run" in err
     assert not out.exists()
+
+
+BN_FACTORIES = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    def bn():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                            nn.Flatten(), nn.Linear(4, 2))
+        return net.eval()
+
+    def batches():
+        g = torch.Generator().manual_seed(0)
+        return [(torch.randn(6, 1, 5, 5, generator=g), torch.randint(0, 2, (6,), generator=g)) for _ in range(2)]
+
+    def loss(model, batch):
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+''')
+
+
+@pytest.mark.parametrize("repair", ["mean_std", "none"])
+def test_cli_full_output_carries_the_repaired_batchnorm_statistics(tmp_path, capsys, repair):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    facts = tmp_path / "bnfacts.py"
+    facts.write_text(BN_FACTORIES)
+    ns: dict = {}
+    exec(BN_FACTORIES, ns)
+    base = ns["bn"]()
+    ft = ns["bn"]()
+    with torch.no_grad():
+        ft[0].bias.add_(1.0)  # a fine-tuning that shifts the channel means the BatchNorm reads
+    save_file({k: v.contiguous() for k, v in base.state_dict().items()}, str(tmp_path / "a.safetensors"))
+    save_file({k: v.contiguous() for k, v in ft.state_dict().items()}, str(tmp_path / "a_ft.safetensors"))
+    arch = f"{facts}:bn"
+    run_ok(["transfer", "--source-base", str(tmp_path / "a.safetensors"), "--source-finetuned",
+            str(tmp_path / "a_ft.safetensors"), "--target-base", str(tmp_path / "a.safetensors"), "--source-arch", arch,
+            "--target-arch", arch, "--data", f"{facts}:batches", "--loss", f"{facts}:loss", "--method", "naive",
+            "--repair", repair, "--out", str(tmp_path / "out")], capsys)
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["options"]["transfer"]["repair"] == repair
+    shift = written["1.running_mean"] - base.state_dict()["1.running_mean"]
+    if repair == "none":
+        assert "repair" not in report and float(shift.abs().max()) == 0.0
+    else:
+        # the +1 shift of every channel is absorbed by the stored means: the written model computes what B computed
+        assert set(report["repair"]["layers"]) == {"1"}
+        torch.testing.assert_close(shift, torch.ones(4), rtol=1e-5, atol=1e-5)

@@ -391,8 +391,10 @@ def test_one_shot_iterators_and_separate_batches_work():
 
 def test_search_alpha_finds_the_planted_optimum():
     best, table = search_alpha(lambda a: -(a - 1.3) ** 2)
-    assert best == pytest.approx(1.3) and table["best"].sum() == 1
-    assert 1.0 in set(np.round(table["alpha"], 10))  # alpha = 1 is always reported by the default grid
+    assert best == pytest.approx(1.3) and table["best"].sum() == 1 and not table.attrs["at_edge"]
+    assert {0.0, 1.0} <= set(np.round(table["alpha"], 10))  # the untouched target and alpha = 1 are always scored
+    best, table = search_alpha(lambda a: -a)  # a transfer that only hurts: the search declines it
+    assert best == 0.0 and table.attrs["at_edge"]
     best, _ = search_alpha(lambda a: 1.0, grid=[0.5, 0.2, 2.0])
     assert best == 0.2  # ties -> smallest alpha
     best, _ = search_alpha(lambda a: (a - 0.4) ** 2, grid=[0.1, 0.4, 0.9], higher_is_better=False)

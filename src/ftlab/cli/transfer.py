@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
-from ftlab.cli.transfer_inputs import calibration_data, default_loss
+from ftlab.cli.transfer_inputs import calibration_data, check_input_files, default_loss
 from ftlab.cli.transfer_outputs import write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
-from ftlab.transfer.methods import list_methods, method_names, option_help
+from ftlab.transfer.methods import list_methods, method_names, option_help, reads_batches
 from ftlab.transfer.options import TransferOptions, cli_fields, parse_cli_value
 
 
@@ -160,8 +160,7 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output folder (it may not be, contain or lie inside an input).")
 @transfer_options
-def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, method, method_options,
-             alpha, out_format, lora_rank, options_from, diagnose_only, trust_remote_code, out_dir, loss_ref, **values):
+def transfer(**a):
     """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
 
     Runs A and B once (forward + backward) over the calibration data, fits per layer an
@@ -170,10 +169,12 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
 
     \b
       model.safetensors        B's weights + alpha * tau_B (--out-format full), with config.json
-                               and the tokenizer files of a Hugging Face target
+                               and the tokenizer files of a Hugging Face target; BatchNorm
+                               statistics re-pinned on the calibration data (--repair, ftlab's)
       adapter_config.json,     a PEFT LoRA adapter holding tau_B (--out-format lora)
       adapter_model.safetensors
-      task_vector.safetensors  tau_B itself (full output; apply another alpha later)
+      task_vector.safetensors  tau_B itself (full output; apply another alpha later; without
+                               the repair, which depends on alpha)
       report.json              per layer: map shapes, ranks, norms (with --diagnostics: CKA and
                                alignment residuals); time and peak memory; "diagnostic": the
                                estimated share of the task vector that carries over and ftlab's rule
@@ -203,31 +204,31 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     from ftlab.core.validate import check_finite, check_int
     from ftlab.transfer import get_method
 
-    check_finite("alpha", alpha)
+    check_finite("alpha", a["alpha"])
     for name in ("batch_size", "max_batches", "max_length", "max_samples", "lora_rank", "image_size",
                  "target_image_size"):
-        v = values.get(name) if name in values else {"lora_rank": lora_rank}.get(name)
-        if v is not None:
-            check_int(name, v, 1)
-    m = get_method(method, **parse_method_options(method_options))  # validate before loading any model
-    opts = build_options(values, options_from)
-    if diagnose_only and m.calibration != "maps":
-        raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {method}")
+        if a.get(name) is not None:
+            check_int(name, a[name], 1)
+    m = get_method(a["method"], **parse_method_options(a["method_options"]))  # validate before loading any model
+    opts = build_options(a, a["options_from"])
+    if a["diagnose_only"] and m.calibration != "maps":
+        raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {a['method']}")
     from ftlab.core.results import check_output_place, output_lock
 
-    check_output_place(out_dir, _input_paths(locals(), values))  # before any work: inputs are never written over
-    with output_lock(out_dir):  # a second run on the same --out is refused, not interleaved
-        _run(locals(), m, opts, values)
+    check_output_place(a["out_dir"], _input_paths(a))  # before any work: inputs are never written over
+    check_input_files([a["source_base"], a["source_finetuned"], a["target_base"]], [a["data"], a["target_data"]])
+    with output_lock(a["out_dir"]):  # a second run on the same --out is refused, not interleaved
+        _run(a, m, opts)
 
 
-def _input_paths(a: dict, values: dict) -> dict[str, str]:
+def _input_paths(a: dict) -> dict[str, str]:
     """The run's inputs that are files or folders (a ``file.py:function`` by its file)."""
     import os
 
     out = {}
     for key in ("source_base", "source_finetuned", "target_base", "source_arch", "target_arch", "data", "target_data",
                 "source_tokenizer", "target_tokenizer", "options_from", "loss_ref"):
-        ref = a.get(key, values.get(key))
+        ref = a.get(key)
         if not isinstance(ref, str):
             continue
         path = ref if os.path.exists(ref) else ref.rpartition(":")[0]
@@ -249,8 +250,8 @@ def _expectation(fit):
     return expectation(fit) if math.isfinite(fit.estimate) else None
 
 
-def _run(a: dict, m, opts, values: dict) -> None:
-    """Load, calibrate and fit, then write (the body of ``ftlab transfer``)."""
+def _run(a: dict, m, opts) -> None:
+    """Load, calibrate and fit, then write (the body of ``ftlab transfer``; ``a`` holds its command line)."""
     import torch
 
     from ftlab import __version__
@@ -271,19 +272,17 @@ def _run(a: dict, m, opts, values: dict) -> None:
                                                                 trust_remote_code=trust)
         B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
                        trust_remote_code=trust)
-    if callable(getattr(m, "bind", None)):
-        m = m.bind(A, B)  # a method that matches the two bases' weights (transfusion)
-    cal = calibration_data(values, source_folder=a["source_arch"] or a["source_base"],
+    cal = calibration_data(a, source_folder=a["source_arch"] or a["source_base"],
                            target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
-    if m.calibration is not None and cal is None:
+    if reads_batches(m) and cal is None:
         raise ValueError(f"--method {m.name} needs calibration data: give --data")
     loss = default_loss(a["loss_ref"], A, cal)
-    if m.calibration is not None and m.needs_loss and loss is None:
+    if reads_batches(m) and m.needs_loss and loss is None:
         raise ValueError(f"--method {m.name} fits maps on gradients and needs a loss: give --loss (activation_only runs "
                          "forward passes only)")
     kw = cal.kwargs() if cal is not None else {}
     inputs = {"source_base": a["source_base"], "source_finetuned": a["source_finetuned"], "target_base": a["target_base"],
-              "data": values.get("data"), "loss": a["loss_ref"]}
+              "data": a["data"], "loss": a["loss_ref"]}
     out = Path(a["out_dir"])
     if a["diagnose_only"]:
         with warnings.catch_warnings():
@@ -316,11 +315,18 @@ def _run(a: dict, m, opts, values: dict) -> None:
         extra = f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})"
     else:
         model = tv.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
+        if res.repair is not None and a["alpha"] != 0:
+            with stage("statistics repair"):
+                repaired = res.repair.apply_(model)
+            report["repair"] = {"mode": res.repair.mode, "alpha": a["alpha"], "layers": repaired}
+            extra_repair = f", {len(repaired)} norm layers' statistics repaired ({res.repair.mode})"
+        else:
+            extra_repair = ""
         bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
         if bad:
             raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
         files, extra = write_full(out, tau=tv, model=model, alpha=a["alpha"], report=report,
-                                  target_folder=target_folder), ""
+                                  target_folder=target_folder), extra_repair
     click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
                f"{res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {a['alpha']:g}{extra}; wrote "
                f"{out}/{', '.join(files)}")

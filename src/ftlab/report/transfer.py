@@ -31,7 +31,18 @@ TEXT = {
         "all-mpnet-base-v2 (width ×2, depth ×2, other pretraining), and on small ViTs trained here along an axis "
         "of relatedness. The real models have no head for the tasks, so each reads them through a linear probe "
         "fitted on its frozen base and kept frozen while fine-tuning (as the paper evaluates T5); the target's own "
-        "probe is the baseline. `bico` is the paper's BiCo (uncentred cross-covariances)."),
+        "probe is the baseline. `bico` is BiCo with uncentred cross-covariances, as the public reimplementation "
+        "`apanariello4/merge-and-rebase` computes it (whether the paper centres is not confirmed), copies summed and "
+        "no repair; `bico_centred` centres them (ftlab's variant); `+repair` adds ftlab's statistics repair and copy "
+        "rule; `recommended` is ftlab's recommended transfer (`ftlab.transfer`'s defaults: uncentred BiCo, copies "
+        "split, BatchNorm statistics re-pinned by mean and spread) with α chosen on validation, and "
+        "`recommended/<rule>` the same under each copy rule. Held-out settings (`… held-out`) are the real pairs on "
+        "a task that designed none of ftlab's defaults (Fashion-MNIST; WordNet verb glosses)."),
+    "recommended": (
+        "### ftlab's recommended transfer, judged\n\nFixed in code before the recorded run "
+        "(`ftlab.experiments.transfer_accuracy.claims.RECOMMENDED_PRIMARIES`) and judged as their own family (Holm over "
+        "{n}) with the same rule as the paper's claims. \"At least the target's own accuracy\" holds where an "
+        "accuracy claim's verdict is *reproduced* or *no effect* (the interval inside ±{acc_margin:.0f} points)."),
     "run": "Run: {run}. Wall time of this invocation {wall:.1f} min (finished points are read from the sweep store).",
     "verdicts": (
         "### Primary tests\n\nFixed in code before the recorded run "
@@ -50,9 +61,27 @@ TEXT = {
         "### Per pair\n\nThe target's own accuracy (linear probe; the pretrained head for the controlled ViTs), its "
         "direct fine-tuning, and the share of that gap each method closes (mean [95% t-interval] over seeds; "
         "`(acc − base) / (fine-tuned − base)` per seed, accuracies averaged over the tasks):"),
+    "variants": (
+        "ftlab's options side by side (share of the gap closed, mean [95% t-interval]): the statistics repair on its "
+        "own (`naive+repair`), with uncentred and centred BiCo, and the recommended transfer under each copy rule:"),
     "figures": "One figure per family of pairs (test accuracy, mean over seeds with its 95% interval):",
+    "alpha": (
+        "### Where the searched α landed\n\nα is searched on validation over {grid} (0: the target left as it is; ties "
+        "go to the smallest α). Per setting and method: the median α and how often it landed at an end of the grid. "
+        "A search that lands at 0 declined the transfer; one at {top:g} may want a wider grid."),
+    "mechanism": (
+        "### The mechanism: drift at the head norm and collapsed predictions (α = 1)\n\nPer pair: the RMS shift of "
+        "the channel means at the target's last BatchNorm on the calibration images, in base B's channel standard "
+        "deviations (before any repair; B's own fine-tuning freezes these statistics too), the largest share of "
+        "test images predicted as one class, and the number of classes never predicted."),
     "findings": ("### ftlab's own findings (not claims of the paper; judged as a separate family with the same "
                  "rule)"),
+    "roc": (
+        "### Can the diagnostic tell a harmful transfer?\n\nThe estimate against \"the transfer at α = 1 scores below "
+        "the target's own accuracy\" over every recorded cell (setting, task, seed): AUROC with a 95% bootstrap "
+        "interval (cells resampled; cells of one setting are not independent, so it is optimistic). A warning is worth "
+        "printing only at an operating point with at most {fa:.0f}% false alarms and at least {hits:.0f}% hits, chosen "
+        "on the validation outcomes of the design cells and checked on the cells that did not set it."),
     "diagnostic": (
         "### Where BiCo harms, said before: the diagnostic\n\n`ftlab.transfer.diagnose` estimates the share of the "
         "task vector that carries over from the Procrustes similarity of each layer's statistics, weighted by where "
@@ -69,6 +98,13 @@ TEXT = {
 #: Figures, one per family of pairs: ``(name, title, which settings)``.
 FIGURES = (("vision", "EfficientNet-Lite pairs", "vision"), ("text", "Text pairs (MiniLM, MPNet)", "text"),
            ("family", "Controlled ViTs, most related target first", "family"))
+
+
+#: The methods of the main per-pair table; ftlab's options get a table of their own (:data:`VARIANT_COLUMNS`).
+MAIN_COLUMNS = ("naive", "transfusion", "bico_input_only", "bico_output_only", "activation_only", "bico",
+                "bico_centred", "recommended")
+VARIANT_COLUMNS = ("naive+repair", "bico+repair", "bico_centred+repair", "recommended/sum", "recommended/split",
+                   "recommended/first")
 
 
 def check_data(*, full: bool = False) -> list[str]:
@@ -138,13 +174,11 @@ def premise_markdown(premise) -> str:
     return "\n".join(lines)
 
 
-def pairs_markdown(sm, settings, *, calibration: str = "n100") -> str:
-    """Per setting: base and fine-tuned accuracy, then per method the share of the gap closed at alpha = 1 and with
-    alpha searched (mean [95% t-interval] over seeds)."""
-    from ftlab.experiments.transfer_accuracy.table import BASELINES, METHOD_ORDER
-
+def pairs_markdown(sm, settings, *, calibration: str = "n100", columns=MAIN_COLUMNS) -> str:
+    """Per setting: base and fine-tuned accuracy, then per method of ``columns`` the share of the gap closed at
+    alpha = 1 and with alpha searched (mean [95% t-interval] over seeds)."""
     gaps = sm.gaps[sm.gaps["setting"].isin(settings)]
-    methods = [m for m in METHOD_ORDER if m in set(gaps["method"]) and m not in (*BASELINES, "finetuned")]
+    methods = [m for m in columns if m in set(gaps["method"])]
     prem = sm.premise.set_index("setting") if len(sm.premise) else None
     lines = ["| setting | base | fine-tuned | α | " + " | ".join(methods) + " |",
              "|---|---|---|---" + "|---" * len(methods) + "|"]
@@ -204,6 +238,44 @@ def rule_markdown(rule: dict, ranking: dict) -> str:
     return text
 
 
+def alpha_markdown(alpha) -> str:
+    if not len(alpha):
+        return "*No searched α in this run.*"
+    lines = ["| setting | method | cells | median α | at 0 | at the top |", "|---|---|---|---|---|---|"]
+    for _, r in alpha.iterrows():
+        if r.method in VARIANT_COLUMNS:
+            continue
+        lines.append(f"| {r.setting} | {r.method} | {int(r.cells)} | {r.median_alpha:g} | {_pct(r.at_zero)} | "
+                     f"{_pct(r.at_top)} |")
+    return "\n".join(lines)
+
+
+def mechanism_markdown(mech) -> str:
+    if not len(mech):
+        return "*No mechanism records in this run.*"
+    lines = ["| setting | transfer | drift at the head norm (sd) | largest class share | classes never predicted | "
+             "seeds |", "|---|---|---|---|---|---|"]
+    for _, r in mech.iterrows():
+        drift = f"{r.head_drift:.2f}" if math.isfinite(r.head_drift) else "–"
+        lines.append(f"| {r.setting} | {r.method} | {drift} | {_pct(r.top_share)} | {r.never_predicted:.1f} | "
+                     f"{int(r.seeds)} |")
+    return "\n".join(lines)
+
+
+def roc_markdown(roc: dict) -> str:
+    if not roc:
+        return "*The diagnostic's estimate was not recorded in this run.*"
+    lines = ["| transfer (α = 1) | cells | below the target | AUROC [95% interval] | operating point (design cells) | "
+             "held-out hits / false alarms | worth a warning |", "|---|---|---|---|---|---|---|"]
+    for m, r in roc.items():
+        op = "none reaches the criteria" if r.get("operating") is None else f"estimate < {r['operating']:.3f}"
+        ho = (f"{_pct(r.get('held_out_hits'))} / {_pct(r.get('held_out_false_alarms'))}"
+              if r.get("operating") is not None else "–")
+        lines.append(f"| {m} | {r['cells']} | {r['below']} | {r['auroc']:.2f} [{r['auroc_low']:.2f}, "
+                     f"{r['auroc_high']:.2f}] | {op} | {ho} | {'yes' if r.get('held_out_ok') else 'no'} |")
+    return "\n".join(lines)
+
+
 def _premise_state(sm) -> str:
     if not len(sm.premise):
         return "not checked (no records)"
@@ -219,18 +291,33 @@ def render(sm, *, figures: dict[str, str], run: str = "", wall: float = math.nan
     from ftlab.experiments.transfer_accuracy.pilot import MIN_GAP
     from ftlab.experiments.verdicts import MIN_SEEDS
 
-    md = [TEXT["verdicts"].format(n=len(sm.primaries), min_seeds=MIN_SEEDS, acc_margin=100 * ACC_MARGIN,
-                                  gap_margin=GAP_MARGIN),
-          verdict_table(sm.primaries, primaries=True) if sm.primaries else "*No primary has data in this run.*",
-          TEXT["intro"]]
+    md = []
+    if sm.recommended:
+        md += [TEXT["recommended"].format(n=len(sm.recommended), acc_margin=100 * ACC_MARGIN),
+               verdict_table(sm.recommended, primaries=True)]
+    md += [TEXT["verdicts"].format(n=len(sm.primaries), min_seeds=MIN_SEEDS, acc_margin=100 * ACC_MARGIN,
+                                   gap_margin=GAP_MARGIN),
+           verdict_table(sm.primaries, primaries=True) if sm.primaries else "*No primary has data in this run.*",
+           TEXT["intro"]]
     if run:
         md.append(TEXT["run"].format(run=run, wall=wall))
     md += [TEXT["premise"].format(min_gap=100 * MIN_GAP, min_run_gap=100 * MIN_RUN_GAP,
                                   premise_state=_premise_state(sm)), premise_markdown(sm.premise)]
-    md += [TEXT["pairs"], pairs_markdown(sm, [*sm.real, *sm.family])]
+    settings = [*sm.real, *sm.held_out, *sm.family]
+    md += [TEXT["pairs"], pairs_markdown(sm, settings)]
+    if set(VARIANT_COLUMNS) & set(sm.gaps["method"]):
+        md += [TEXT["variants"], pairs_markdown(sm, settings, columns=VARIANT_COLUMNS)]
     if figures:
         md.append(TEXT["figures"] + "\n\n" + "\n\n".join(f"![{name}]({p})" for name, p in figures.items()))
+    grid = sorted(set(sm.alpha["top"])) if len(sm.alpha) else []
+    if grid:
+        md += [TEXT["alpha"].format(grid="0 … " + f"{grid[-1]:g}", top=grid[-1]), alpha_markdown(sm.alpha)]
+    if len(sm.mechanism):
+        md += [TEXT["mechanism"], mechanism_markdown(sm.mechanism)]
     md += [TEXT["findings"], verdict_table(sm.findings, primaries=False) if sm.findings else "*None in this run.*"]
+    from ftlab.experiments.transfer_accuracy.records import MAX_FALSE_ALARMS, MIN_HITS
+
+    md += [TEXT["roc"].format(fa=100 * MAX_FALSE_ALARMS, hits=100 * MIN_HITS), roc_markdown(sm.roc)]
     md.append(TEXT["diagnostic"].format(rule_text=rule_markdown(sm.rule, sm.ranking)))
     if len(sm.layers):
         md += [TEXT["layers"], layer_markdown(sm.layers)]
@@ -265,13 +352,14 @@ def run(ctx: ReportContext) -> str:
     wall = time.perf_counter() - t0
     params = cfg.to_dict()
     write_records(raw, out / "records.csv")
-    sm = summarize(raw)
+    sm = summarize(raw, alpha_top=max(cfg.alpha_grid))
     save_table(sm.table, out / "table.csv", params=params, seed=ctx.seed)
     save_table(sm.gaps, out / "gap_closed.csv", params=params, seed=ctx.seed)
     save_table(pd.DataFrame([{"family": fam, "claim": c.key, "quote": c.quote, "measured": c.measured,
                               "effect": j.effect, "ci_low": j.ci_low, "ci_high": j.ci_high, "p_holm": j.p_holm,
                               "seeds": j.n, "premise_missed": j.premise_missed, "verdict": j.verdict}
-                             for fam, rows in (("primary", sm.primaries), ("ftlab", sm.findings)) for c, j, _ in rows]),
+                             for fam, rows in (("recommended", sm.recommended), ("primary", sm.primaries),
+                                               ("ftlab", sm.findings)) for c, j, _ in rows]),
                out / "verdicts.csv", params=params, seed=ctx.seed)
     figs = write_figures(sm, out, wants=ctx.wants)
     run_line = (f"{'full' if ctx.full else 'quick'}; images {cfg.resolution} px, {', '.join(cfg.image_tasks)}, "

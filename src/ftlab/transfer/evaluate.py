@@ -2,9 +2,12 @@
 
 Task-arithmetic papers pick ``alpha`` in ``theta = theta_pre + alpha * tau`` on held-out
 validation data (Ilharco et al. 2023). :func:`search_alpha` evaluates a user score on a grid and
-returns the best coefficient and the whole table; :data:`DEFAULT_GRID` is ``0.1, 0.2, ..., 3.0``
-(a default chosen here, [U]; the reference BiCo configuration sweeps 0.8-10). BiCo's headline
-setting is reported to use no tuning, so also report ``alpha = 1``, which the default grid contains.
+returns the best coefficient and the whole table; :data:`DEFAULT_GRID` is ``0, 0.1, 0.2, ..., 3.0``
+(a default chosen here, [U]; the reference BiCo configuration sweeps 0.8-10). It starts at 0, the target
+left as it is, so a search can decline a transfer that does not help on validation, and ties go to the
+smallest alpha: a transfer must beat the untouched target to be chosen. When the best alpha is an end of
+the grid (0 or its largest value), the table says so (``at_edge``) and the grid may be too narrow. BiCo's
+headline setting is reported to use no tuning, so also report ``alpha = 1``, which the default grid contains.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ from ftlab.core.validate import check_finite
 
 __all__ = ["DEFAULT_GRID", "search_alpha"]
 
-DEFAULT_GRID: tuple[float, ...] = tuple(round(0.1 * i, 10) for i in range(1, 31))
+DEFAULT_GRID: tuple[float, ...] = tuple(round(0.1 * i, 10) for i in range(0, 31))
 
 
 def search_alpha(score_fn: Callable[[float], float], *, grid: Iterable[float] = DEFAULT_GRID,
                  higher_is_better: bool = True):
     """Evaluate ``score_fn(alpha)`` (a validation score) on ``grid``; return ``(best_alpha, table)``.
 
-    ``table`` is a :class:`pandas.DataFrame` with columns ``alpha``, ``score`` and ``best``. Ties
+    ``table`` is a :class:`pandas.DataFrame` with columns ``alpha``, ``score`` and ``best``; its
+    ``attrs["at_edge"]`` is True when the best alpha is the grid's smallest or largest value. Ties
     go to the smallest alpha. A non-finite score raises ``ValueError`` naming the alpha.
 
     Examples
@@ -49,4 +53,5 @@ def search_alpha(score_fn: Callable[[float], float], *, grid: Iterable[float] = 
     arr = np.asarray(scores)
     best = int(np.argmax(arr) if higher_is_better else np.argmin(arr))
     table = pd.DataFrame({"alpha": alphas, "score": scores, "best": [i == best for i in range(len(alphas))]})
+    table.attrs["at_edge"] = len(alphas) > 1 and best in (0, len(alphas) - 1)
     return alphas[best], table

@@ -95,7 +95,8 @@ class TransferOptions:
         "choice", DEPTH_RULES)
     copies: CopyMode = _opt(
         "split", "how a source layer that the depth map pairs with several target layers is shared among them: sum "
-        "(each copy at full strength), split (each of k copies at 1/k) or first (the first copy only); ftlab's option, default chosen on validation data of design pairs",
+        "(each copy at full strength), split (each of k copies at 1/k) or first (the first copy only); "
+        "ftlab's option, default chosen on validation data of design pairs",
         "choice", COPY_MODES)
     repair: RepairMode = _opt(
         "mean_std", "after B + alpha tau_B, re-pin the running statistics of B's BatchNorm layers so that each channel's "

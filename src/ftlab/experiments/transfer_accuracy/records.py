@@ -19,7 +19,10 @@ import pandas as pd
 from ftlab.experiments.transfer_accuracy.claims import (
     PRIMARIES,
     REAL_TEXT,
+    REAL_TEXT_HELD_OUT,
     REAL_VISION,
+    REAL_VISION_HELD_OUT,
+    RECOMMENDED_PRIMARIES,
     Claim,
     claim_matrix,
     ftlab_findings,
@@ -29,8 +32,8 @@ from ftlab.experiments.transfer_accuracy.claims import (
 from ftlab.experiments.verdicts import MIN_SEEDS as MIN_SEEDS_FOR_POWER
 from ftlab.experiments.verdicts import pool_strata
 
-__all__ = ["BenchmarkSummary", "POWER_EFFECT", "REQUIRED", "gap_halfwidth", "power_plan", "read_records", "rule_check",
-           "summarize", "write_records"]
+__all__ = ["BenchmarkSummary", "MAX_FALSE_ALARMS", "MIN_HITS", "POWER_EFFECT", "REQUIRED", "diagnostic_roc",
+           "gap_halfwidth", "power_plan", "read_records", "rule_check", "summarize", "write_records"]
 
 #: Columns every record file must hold (others are optional).
 REQUIRED = ("record", "setting", "task", "seed", "method", "calibration", "alpha_mode", "accuracy")
@@ -74,7 +77,10 @@ class BenchmarkSummary:
     alpha mode); ``premise``: per setting the base, fine-tuned accuracy and the gap; ``vision`` / ``text`` /
     ``family``: the settings present, in order; ``headline``: the gap averaged over the real pairs;
     ``layers``: per-layer alignment; ``primaries`` / ``findings``: ``(claim, judgement, per-seed matrix)``;
-    ``rule``: the diagnostic rule's check (:func:`rule_check`); ``ranking``: the estimate's rank correlation.
+    ``rule``: the diagnostic rule's check (:func:`rule_check`); ``ranking``: the estimate's rank correlation;
+    ``recommended``: the verdicts of ftlab's recommended transfer (its own family); ``held_out``: the real pairs on
+    held-out tasks present; ``alpha``: where the searched alpha landed; ``mechanism``: drift at the head norm and
+    the spread of predictions; ``roc``: the diagnostic's ROC per transfer (``bico``, ``recommended``).
     """
 
     table: pd.DataFrame
@@ -89,6 +95,11 @@ class BenchmarkSummary:
     findings: list = field(default_factory=list)
     rule: dict = field(default_factory=dict)
     ranking: dict = field(default_factory=dict)
+    recommended: list = field(default_factory=list)
+    held_out: list[str] = field(default_factory=list)
+    alpha: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mechanism: pd.DataFrame = field(default_factory=pd.DataFrame)
+    roc: dict = field(default_factory=dict)
 
     @property
     def real(self) -> list[str]:
@@ -127,14 +138,87 @@ def rule_check(cells: pd.DataFrame, *, design=RULE_DESIGN) -> dict:
                 cells=("gain", "size")).reset_index()}
 
 
-def summarize(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES) -> BenchmarkSummary:
+#: The operating point a warning must reach on cells that did not set it: at most this share of false alarms among
+#: transfers that are not below the target, at least this share of hits among those that are.
+MAX_FALSE_ALARMS = 0.20
+MIN_HITS = 0.80
+
+
+def _auroc(estimate, below) -> float:
+    """P(a cell below the target has a lower estimate than one that is not), ties counted half (Mann-Whitney)."""
+    import numpy as np
+
+    e, b = np.asarray(estimate, dtype=float), np.asarray(below, dtype=bool)
+    pos, neg = e[b], e[~b]
+    if not len(pos) or not len(neg):
+        return math.nan
+    less = (pos[:, None] < neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(less / (len(pos) * len(neg)))
+
+
+def _rates(estimate, below, t: float) -> tuple[float, float]:
+    """(hit rate, false-alarm rate) of the warning "estimate < t"."""
+    import numpy as np
+
+    e, b = np.asarray(estimate, dtype=float), np.asarray(below, dtype=bool)
+    warn = e < t
+    hits = float(warn[b].mean()) if b.any() else math.nan
+    fa = float(warn[~b].mean()) if (~b).any() else math.nan
+    return hits, fa
+
+
+def diagnostic_roc(cells: pd.DataFrame, *, design=RULE_DESIGN, n_boot: int = 2000, seed: int = 0) -> dict:
+    """How well the diagnostic's estimate tells a transfer below the target's own accuracy (test cells) from one that
+    is not: the AUROC over all cells with a 95% percentile-bootstrap interval (cells resampled; cells of one setting
+    are not independent, so the interval is optimistic), and an operating point: the threshold with the most hits
+    minus false alarms among those reaching at most :data:`MAX_FALSE_ALARMS` false alarms and at least
+    :data:`MIN_HITS` hits on the *validation* outcomes of the ``design`` cells, then scored on the test outcomes of
+    the cells that did not set it. ``operating`` is None when no threshold reaches the criteria on the design cells;
+    ``held_out_ok`` says whether the chosen one still reaches them on the cells kept apart."""
+    import numpy as np
+
+    if not len(cells):
+        return {}
+    e, b = cells["estimate"].to_numpy(float), cells["below"].to_numpy(bool)
+    auc = _auroc(e, b)
+    rng = np.random.default_rng(seed)
+    boots = [_auroc(e[i], b[i]) for i in (rng.integers(0, len(e), len(e)) for _ in range(n_boot))]
+    boots = [x for x in boots if math.isfinite(x)]
+    lo, hi = (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))) if boots else (math.nan, math.nan)
+    d = cells[cells["setting"].isin(list(design)) & cells["val_gain"].notna()]
+    h = cells[~cells["setting"].isin(list(design))]
+    op = None
+    if len(d):
+        ev = np.sort(np.unique(d["estimate"].to_numpy(float)))
+        cands = np.concatenate([[ev[0] - 1e-9], (ev[1:] + ev[:-1]) / 2, [ev[-1] + 1e-9]])
+        best = -math.inf
+        for t in cands:
+            hit, fa = _rates(d["estimate"], d["below_val"], t)
+            if math.isfinite(hit) and math.isfinite(fa) and fa <= MAX_FALSE_ALARMS and hit >= MIN_HITS \
+                    and hit - fa > best:
+                best, op = hit - fa, float(t)
+    out = {"auroc": auc, "auroc_low": lo, "auroc_high": hi, "cells": len(cells), "below": int(b.sum()),
+           "operating": op, "design_cells": len(d), "held_out_cells": len(h)}
+    if op is not None and len(h):
+        hit, fa = _rates(h["estimate"], h["below"], op)
+        out.update(held_out_hits=hit, held_out_false_alarms=fa,
+                   held_out_ok=bool(math.isfinite(hit) and fa <= MAX_FALSE_ALARMS and hit >= MIN_HITS))
+    else:
+        out["held_out_ok"] = False
+    return out
+
+
+def summarize(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES, alpha_top: float | None = None
+              ) -> BenchmarkSummary:
     """Tables, premise, verdicts and the diagnostic rule's check of one run's records, computed once for every
-    reader (the report section, the docs page, the tests)."""
+    reader (the report section, the docs page, the tests); ``alpha_top``: the largest alpha of the run's grid."""
     from ftlab.experiments.transfer_accuracy.table import (
+        alpha_landing,
         estimate_cells,
         estimate_ranking,
         gap_closed,
         layer_table,
+        mechanism_table,
         real_pairs_gap,
         summary_table,
     )
@@ -143,11 +227,16 @@ def summarize(raw: pd.DataFrame, *, primaries: tuple[Claim, ...] = PRIMARIES) ->
     present = list(dict.fromkeys(table["setting"]))
     vision = [s for s in REAL_VISION if s in present]
     text = [s for s in REAL_TEXT if s in present]
+    held_out = [s for s in REAL_VISION_HELD_OUT + REAL_TEXT_HELD_OUT if s in present]
     family = [s for s in FAMILY_ORDER if s in present]
+    roc = {m: diagnostic_roc(estimate_cells(raw, method=m)) for m in ("bico", "recommended")}
     return BenchmarkSummary(table=table, gaps=gap_closed(raw), premise=premise_table(raw), vision=vision, text=text,
                             family=family, headline=real_pairs_gap(raw, [*vision, *text]), layers=layer_table(raw),
                             primaries=judge(raw, primaries), findings=judge(raw, ftlab_findings(raw)),
-                            rule=rule_check(estimate_cells(raw)), ranking=estimate_ranking(raw))
+                            rule=rule_check(estimate_cells(raw)), ranking=estimate_ranking(raw),
+                            recommended=judge(raw, RECOMMENDED_PRIMARIES), held_out=held_out,
+                            alpha=alpha_landing(raw, top=alpha_top), mechanism=mechanism_table(raw),
+                            roc={k: v for k, v in roc.items() if v})
 
 
 #: The effect every primary is powered for (accuracy, 3 points) and the power asked.

@@ -190,8 +190,8 @@ def estimate_cells(raw: pd.DataFrame, *, calibration: str = "n100", method: str 
     if "record" not in raw.columns or not (raw["record"] == "estimate").any():
         return pd.DataFrame()
     est = raw[(raw["record"] == "estimate") & (raw["calibration"] == calibration)]
-    if "method" in est.columns and est["method"].notna().any():  # the estimate read off this method's own fit
-        est = est[est["method"].fillna("bico") == method]
+    if "method" in est.columns:  # the estimate read off this method's own fit (records before it said so: BiCo's)
+        est = est[est["method"].fillna("").replace("", "bico") == method]
     est = est.groupby(["setting", "task", "seed"])["estimate"].mean()
     acc = accuracy_records(raw)
     acc = acc[acc["alpha_mode"] == "fixed"]
@@ -261,13 +261,18 @@ def compact_records(raw: pd.DataFrame) -> pd.DataFrame:
 _STYLE: dict[str, dict] = {"fixed": {"marker": "o"}, "searched": {"marker": "s", "mfc": "white"}}
 
 
+#: The transfers a figure shows (the others are in the tables): the paper's method and baselines, centred BiCo, BiCo
+#: with ftlab's repair and copy rule, and the recommended transfer.
+FIGURE_METHODS = ("naive", "transfusion", "bico_input_only", "bico_output_only", "activation_only", "bico",
+                  "bico_centred", "bico+repair", "recommended")
+
+
 def _method_points(table: pd.DataFrame, setting: str) -> list[tuple[str, dict]]:
-    """``[(label, {alpha_mode: (mean, low, high)})]`` for every method x calibration of one setting (task mean)."""
+    """``[(label, {alpha_mode: (mean, low, high)})]`` for every method of :data:`FIGURE_METHODS` x calibration of one
+    setting (task mean)."""
     t = table[(table["setting"] == setting) & (table["task"] == "mean")]
     out = []
-    for m in METHOD_ORDER:
-        if m in (*BASELINES, "finetuned"):
-            continue
+    for m in FIGURE_METHODS:
         sub = t[t["method"] == m]
         for cal in sorted(set(sub["calibration"]), key=lambda c: (c != "n100", c)):
             if m in ("naive", "transfusion") and cal != sorted(set(sub["calibration"]))[-1]:
@@ -324,3 +329,42 @@ def family_figure(table: pd.DataFrame, settings, path, *, title: str):
     axes[0][-1].legend(handles, labels, loc="best", fontsize=6, framealpha=0.85)
     fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
+
+
+# ------------------------------------------------------------------------------------ alpha, mechanism
+def alpha_landing(raw: pd.DataFrame, *, top: float | None = None) -> pd.DataFrame:
+    """Where the alpha searched on validation landed: per setting and method (first calibration), the cells, the
+    median alpha, and the share of cells at each end of the grid (0: the target left as it is; ``top``: the grid's
+    largest alpha, default the largest alpha recorded)."""
+    acc = accuracy_records(raw)
+    s = acc[(acc["alpha_mode"] == "searched") & acc["alpha"].notna() & (acc["calibration"] != "k5")]
+    if not len(s):
+        return pd.DataFrame(columns=["setting", "method", "cells", "median_alpha", "at_zero", "at_top", "top"])
+    top = float(s["alpha"].max()) if top is None else float(top)
+    out = s.groupby(["setting", "method"], sort=False).agg(
+        cells=("alpha", "size"), median_alpha=("alpha", "median"), at_zero=("alpha", lambda a: float((a == 0).mean())),
+        at_top=("alpha", lambda a: float((a == top).mean()))).reset_index()
+    return _by_method(out.assign(top=top))
+
+
+def mechanism_table(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and method (``record="mechanism"``, alpha = 1): mean over tasks and seeds of the channel-mean drift
+    at the target's last norm layer with running statistics (base B's channel standard deviations, before any repair),
+    of the largest share of test images predicted as one class, and of the number of classes never predicted."""
+    if "record" not in raw.columns or not (raw["record"] == "mechanism").any():
+        return pd.DataFrame(columns=["setting", "method", "head_drift", "top_share", "never_predicted", "seeds"])
+    m = raw[raw["record"] == "mechanism"].copy()
+    for c in ("head_drift", "top_share", "never_predicted"):
+        m[c] = pd.to_numeric(m[c], errors="coerce")
+    out = m.groupby(["setting", "method"], sort=False).agg(
+        head_drift=("head_drift", "mean"), top_share=("top_share", "mean"),
+        never_predicted=("never_predicted", "mean"), seeds=("seed", "nunique")).reset_index()
+    return _by_method(out)
+
+
+def _by_method(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the order settings first appear, methods in :data:`METHOD_ORDER` within a setting."""
+    rank = {m: i for i, m in enumerate(METHOD_ORDER)}
+    first = {s: i for i, s in enumerate(dict.fromkeys(df["setting"]))}
+    key = df.assign(_s=df["setting"].map(first), _m=df["method"].map(lambda m: rank.get(m, len(rank))))
+    return key.sort_values(["_s", "_m"], kind="stable").drop(columns=["_s", "_m"]).reset_index(drop=True)
