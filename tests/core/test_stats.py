@@ -140,3 +140,29 @@ def test_precision_row_norms_and_size_are_tracked():
     assert merged.a.sq_sum == exact.a.sq_sum and merged.eps == exact.eps
     assert cross_moments_nbytes(7, 5, batch_dtype=torch.float64) == 8 * 35 == exact.nbytes()
     assert cross_moments_nbytes(7, 5, second=True) == 12 * (35 + 49 + 25)
+
+
+@pytest.mark.parametrize("batch_dtype,flush_rows", [(torch.float32, 8192), (None, 8192), (None, 16)])
+def test_float32_product_error_stays_within_the_stated_bound(batch_dtype, flush_rows):
+    """Float32 products accumulated in float64: the Frobenius error of the sums against the float64 sums of the same
+    (float32) rows is within ``bound`` (sum over flushed blocks of gamma_m ||A_blk||_F ||B_blk||_F), the bound is
+    not vacuous (within 1e4 of the error), and float64 products state a zero bound."""
+    g = torch.Generator().manual_seed(3)
+    A = (torch.randn(600, 40, generator=g) * 3 + 1).to(torch.float32)
+    B = (A[:, :30] @ torch.randn(30, 30, generator=g) + 0.1).to(torch.float32)
+    exact = CrossMoments(40, 30, second=True, batch_dtype=torch.float64)
+    st = CrossMoments(40, 30, second=True, batch_dtype=batch_dtype, flush_rows=flush_rows)
+    for i in range(0, 600, 50):
+        exact.update(A[i:i + 50], B[i:i + 50])
+        st.update(A[i:i + 50], B[i:i + 50])
+    err = float(torch.linalg.norm(st.cross - exact.cross))
+    assert exact.bound == 0.0 and exact.a.bound == 0.0
+    assert 0 < err <= st.bound < 1e4 * err
+    assert float(torch.linalg.norm(st.a.gram - exact.a.gram)) <= st.a.bound
+    # the bound is gamma_m summed over the blocks: exactly computable from the rows
+    from ftlab.core.stats import gamma32
+
+    m = 600 if batch_dtype is None and flush_rows > 600 else 50  # rows per flushed block (staged until read, or per batch)
+    want = sum(gamma32(m) * float(torch.linalg.norm(A[i:i + m].double())) * float(torch.linalg.norm(B[i:i + m].double()))
+               for i in range(0, 600, m))
+    assert st.bound == pytest.approx(want, rel=1e-9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -84,6 +85,10 @@ def test_expectation_from_a_finished_fit_matches_diagnose_and_orders_related_bef
     unrelated = expectation(res, threshold=0.5)
     assert unrelated.estimate < related.estimate
     assert unrelated.estimate == pytest.approx(diagnose(a, a_ft, other, batches, loss).estimate, rel=1e-9)
+    # without second moments (what ftlab transfer --diagnose runs): the same estimate from the fit's own statistics,
+    # no CKA
+    lean = diagnose(a, a_ft, other, batches, loss, cka=False)
+    assert lean.estimate == pytest.approx(unrelated.estimate, rel=1e-9) and math.isnan(lean.estimate_cka)
 
 
 def test_rule_check_on_planted_cells_counts_hits_false_alarms_and_misses():

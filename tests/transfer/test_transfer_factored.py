@@ -20,9 +20,11 @@ DT = torch.float64
 pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")
 
 
-def rows(n, d_a, d_b, seed, *, rank=None, tie=False, zero=False):
+def rows(n, d_a, d_b, seed, *, rank=None, tie=False, zero=False, singular=0):
     """A RowMoments of ``n`` row pairs: B's rows a fixed linear image of A's, of the given rank; ``tie``: equal
-    singular values; ``zero``: all rows zero."""
+    singular values; ``zero``: all rows zero; ``singular=m``: the pad/truncate step is singular on ``m`` directions
+    (A's rows avoid the first ``m`` coordinates, B's rows span them: N sends those undetermined directions of A
+    into B's determined subspace; ``-m``: the same with A and B swapped)."""
     g = torch.Generator().manual_seed(seed)
     r = rank or n
     Z = torch.randn(n, r, generator=g, dtype=DT)
@@ -33,6 +35,14 @@ def rows(n, d_a, d_b, seed, *, rank=None, tie=False, zero=False):
     if tie:
         A = Z @ torch.linalg.qr(torch.randn(d_a, r, generator=g, dtype=DT))[0].T
         B = Z @ torch.linalg.qr(torch.randn(d_b, r, generator=g, dtype=DT))[0].T
+    if singular:
+        m = abs(singular)
+        P_avoid = torch.randn(r, max(d_a, d_b), generator=g, dtype=DT)
+        P_avoid[:, :m] = 0  # rows orthogonal to the first m coordinates
+        P_span = torch.randn(r, max(d_a, d_b), generator=g, dtype=DT)
+        P_span[:m] = 0
+        P_span[:m, :m] = torch.eye(m, dtype=DT)  # the first m coordinates lie in the rows' span
+        A, B = (Z @ P_avoid[:, :d_a], Z @ P_span[:, :d_b]) if singular > 0 else (Z @ P_span[:, :d_a], Z @ P_avoid[:, :d_b])
     if zero:
         A, B = A * 0, B * 0
     st_ = RowMoments(d_a, d_b)
@@ -46,6 +56,12 @@ def both(stats, chain, **kw):
         warnings.simplefilter("ignore")
         return fit_map(stats, source="x", completion=chain, solver="factored", **kw), \
             fit_map(stats, source="x", completion=chain, solver="dense", **kw)
+
+
+def _carried(R, tau):
+    """``R^T tau R`` for a square task-vector block ``tau`` (``d_A x d_A``)."""
+    D = as_dense(R)
+    return D.T @ tau @ D
 
 
 @settings(max_examples=25, deadline=None)
@@ -62,6 +78,56 @@ def test_factored_and_dense_solves_agree_on_random_low_rank_statistics(seed, d_a
     k = min(d_a, d_b)
     gram = R @ R.T if d_a <= d_b else R.T @ R
     torch.testing.assert_close(gram, torch.eye(k, dtype=DT), atol=1e-8, rtol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), d_a=st.integers(12, 50), d_b=st.integers(12, 50), n=st.integers(4, 12),
+       m=st.integers(1, 3), n2=st.integers(0, 8), center=st.booleans(), flip=st.booleans())
+def test_one_completion_on_singular_pad_truncate_steps(seed, d_a, d_b, n, m, n2, center, flip):
+    """Where the pad/truncate step is singular (undetermined directions of one side that N sends entirely into the
+    other side's determined subspace) the rule leaves them unmapped; both solvers give the same map, the same task
+    vector (1e-9 relative) and the same record, and the dense map does not depend on the SVD's bases."""
+    rank = n - 1
+    primary = rows(n, d_a, d_b, seed, rank=rank, singular=-m if flip else m)
+    chain = [("naive", None)] if n2 == 0 else [("act", rows(n2, d_a, d_b, seed + 1)), ("naive", None)]
+    fac, den = both(primary, chain, center=center)
+    assert (fac.rank, fac.dims, fac.completed) == (den.rank, den.dims, den.completed)
+    tau = torch.randn(d_a, d_a, generator=torch.Generator().manual_seed(seed), dtype=DT)
+    want = _carried(den.R, tau)
+    assert float(torch.linalg.norm(_carried(fac.R, tau) - want)) <= 1e-9 * float(torch.linalg.norm(want))
+    # a partial isometry: R R^T (or R^T R) is the projector onto the mapped directions, of rank dims - unmapped
+    unmapped = sum(d for label, d in den.completed if label == "unmapped")
+    R = den.R
+    gram = R @ R.T if d_a <= d_b else R.T @ R
+    torch.testing.assert_close(gram @ gram, gram, atol=1e-9, rtol=0)
+    assert round(float(torch.trace(gram))) == min(d_a, d_b) - unmapped
+    if n2 == 0 and not center:  # the construction puts m undetermined directions of one side in the kernel of the
+        # pad/truncate step; only as many of them stay undecided as the wider side's spare directions cannot absorb
+        want_unmapped = min(d_a, d_b) - (min(d_a, d_b - m) if flip else min(d_a - m, d_b))
+        assert unmapped == want_unmapped
+        assert ("left unmapped" in den.note) == (want_unmapped > 0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), d_a=st.integers(12, 40), d_b=st.integers(12, 40), m=st.integers(1, 3))
+def test_the_completed_map_does_not_depend_on_the_bases_of_the_undetermined_subspaces(seed, d_a, d_b, m):
+    """The completion of the undetermined subspaces spanned by ``Up``, ``Vp`` is the same for any other orthonormal
+    bases ``Up Q_1``, ``Vp Q_2`` of them: the rule has one answer (the SVD's arbitrary pairing had not)."""
+    from ftlab.transfer.align import _complete
+
+    C = rows(8, d_a, d_b, seed, rank=6, singular=m).covariance()
+    U, s, Vh = torch.linalg.svd(C, full_matrices=True)
+    r = int((s > 1e-8 * s[0]).sum())
+    Up, Vp = U[:, r:], Vh[r:].T
+    g = torch.Generator().manual_seed(seed + 7)
+    Q1 = torch.linalg.qr(torch.randn(Up.shape[1], Up.shape[1], generator=g, dtype=DT))[0]
+    Q2 = torch.linalg.qr(torch.randn(Vp.shape[1], Vp.shape[1], generator=g, dtype=DT))[0]
+    chain = [("naive", None)]
+    R1, used1 = _complete(Up, Vp, chain, center=False, da=d_a, db=d_b, rank_rtol=None)
+    R2, used2 = _complete(Up @ Q1, Vp @ Q2, chain, center=False, da=d_a, db=d_b, rank_rtol=None)
+    unmapped = min(d_a, d_b) - min(d_a - m, d_b)  # the m directions the step cannot decide, less the spare ones
+    assert used1 == used2 and (("unmapped", unmapped) in used1) == (unmapped > 0)
+    torch.testing.assert_close(R1, R2, atol=1e-10, rtol=0)
 
 
 def test_a_zero_statistic_gives_the_pad_truncate_map_exactly_on_both_paths():

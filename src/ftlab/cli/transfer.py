@@ -151,9 +151,10 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
               help="Start from the transfer options recorded in an earlier run's report.json (options given on this "
                    "command line replace recorded ones).")
 @click.option("--diagnose", "diagnose_only", is_flag=True, default=False,
-              help="Do not transfer: report per layer how well A and B align (CKA of activations and gradients, "
-                   "Procrustes similarity, map ranks) and estimate the share of the task vector that will carry "
-                   "over; writes diagnosis.json into --out.")
+              help="Do not transfer: report per layer how well A and B align (Procrustes similarity, map ranks; "
+                   "with --diagnostics also CKA of activations and gradients) and estimate the share of the task "
+                   "vector that will carry over, from the fit's own statistics (one calibration pass, at most the "
+                   "transfer's time and memory); writes diagnosis.json into --out.")
 @click.option("--trust-remote-code", is_flag=True, default=False,
               help="Run the Python code a Hugging Face folder names (config.json's auto_map) to build its model or "
                    "tokenizer. Off by default: such a folder is refused, and no code that comes with an input runs.")
@@ -250,13 +251,30 @@ def _expectation(fit):
     return expectation(fit) if math.isfinite(fit.estimate) else None
 
 
+def _diagnose_only(A, A_ft, B, loss, m, opts, kw: dict, out: Path, head: dict, t0: float) -> None:
+    """``--diagnose``: the fit's own statistics (one calibration pass, the transfer's cost; CKA only with
+    --diagnostics), written to diagnosis.json with ftlab's rule."""
+    from ftlab.transfer import diagnose
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankWarning)  # the ranks are in diagnosis.json, layer by layer
+        diag = diagnose(A, A_ft, B, loss=loss, method=m, options=opts, cka=opts.diagnostics, **kw)
+    rule = _expectation(diag)
+    write_diagnosis(out, {**head, **diag.report(), "diagnostic": rule.record() if rule else None,
+                          "total_time_s": time.perf_counter() - t0})
+    click.echo(diag.summary())
+    if rule is not None:
+        click.echo(rule.message())
+    click.echo(f"ftlab transfer --diagnose: wrote {out}/diagnosis.json")
+
+
 def _run(a: dict, m, opts) -> None:
     """Load, calibrate and fit, then write (the body of ``ftlab transfer``; ``a`` holds its command line)."""
     import torch
 
     from ftlab import __version__
     from ftlab.core.progress import stage
-    from ftlab.transfer import diagnose, fit_transfer
+    from ftlab.transfer import fit_transfer
     from ftlab.transfer.io import load_model
     from ftlab.transfer.lora import is_adapter_folder
 
@@ -285,16 +303,7 @@ def _run(a: dict, m, opts) -> None:
               "data": a["data"], "loss": a["loss_ref"]}
     out = Path(a["out_dir"])
     if a["diagnose_only"]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RankWarning)  # the ranks are in diagnosis.json, layer by layer
-            diag = diagnose(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
-        rule = _expectation(diag)
-        write_diagnosis(out, {"ftlab_version": __version__, "inputs": inputs, **diag.report(),
-                              "diagnostic": rule.record() if rule else None, "total_time_s": time.perf_counter() - t0})
-        click.echo(diag.summary())
-        if rule is not None:
-            click.echo(rule.message())
-        click.echo(f"ftlab transfer --diagnose: wrote {out}/diagnosis.json")
+        _diagnose_only(A, A_ft, B, loss, m, opts, kw, out, {"ftlab_version": __version__, "inputs": inputs}, t0)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)  # every map's note goes into report.json (rank_notes)

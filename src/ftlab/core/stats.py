@@ -18,7 +18,20 @@ Sums are held in float64. How each batch product is formed (``batch_dtype``):
   rounding error of a single ``flush_rows``-row product.
 * ``torch.float64``: rows are converted and multiplied in float64 (exact float64 streaming).
 
-Every accumulator also holds ``sum_n |x_n|^2`` (``Moments.sq_sum``, float64, O(rows x width) to form)
+**Error bound of float32 products** (what :attr:`CrossMoments.bound` and :attr:`Moments.bound` hold). A
+float32 product of ``m`` rows, ``fl(A^T B)``, in any summation order and with or without fused
+multiply-adds, satisfies ``|fl(A^T B) - A^T B| <= gamma_m |A|^T |B|`` entrywise, with
+``gamma_m = m u / (1 - m u)`` and ``u = 2^-24`` (Higham, *Accuracy and Stability of Numerical
+Algorithms*, 2nd ed., eq. 3.13). Taking Frobenius norms and Cauchy-Schwarz,
+``||fl(A^T B) - A^T B||_F <= gamma_m ||A||_F ||B||_F``. Each staged block of ``m`` rows (at most
+``flush_rows``; one batch with ``batch_dtype=torch.float32``) is added into the float64 sums once, so the
+sums' error is at most the sum of these block bounds; the float64 additions themselves round at
+``eps_64``, far below, and are not counted. The bound is 0 for float64 products (float64 products of
+float32 rows are exact; of float64 rows, rounded at float64's precision like any float64 sum).
+
+Each batch's rows are converted once to the dtype their products are formed in; the column sums and
+``sum_n |x_n|^2`` (``Moments.sq_sum``) are read off that copy (float64 reductions of float64 rows, so no
+second conversion). Every accumulator also holds ``sum_n |x_n|^2`` (float64, O(rows x width) to form)
 and the *precision* of its sums (:attr:`Moments.eps`, :attr:`CrossMoments.eps`): the machine epsilon
 of the coarsest products it formed (float32 staging gives float32's epsilon although the totals are
 float64: every staged product was rounded to float32). A rank judged from these sums must use that
@@ -41,7 +54,17 @@ import math
 
 import torch
 
-__all__ = ["CrossMoments", "Moments", "RowMoments", "cross_moments_nbytes"]
+__all__ = ["EPS64", "CrossMoments", "Moments", "RowMoments", "cross_moments_nbytes", "gamma32"]
+
+#: float64's machine epsilon: the precision of float64 sums (and of float64 products of float32 rows).
+EPS64 = torch.finfo(torch.float64).eps
+_U32 = 2.0 ** -24  # float32's unit roundoff
+
+
+def gamma32(m: int) -> float:
+    """``gamma_m = m u / (1 - m u)`` for float32 (``u = 2^-24``): the relative error bound of an ``m``-term product."""
+    mu = m * _U32
+    return mu / (1.0 - mu) if mu < 1.0 else math.inf
 
 
 def cross_moments_nbytes(dim_a: int, dim_b: int, *, second: bool = False, batch_dtype: torch.dtype | None = None) -> int:
@@ -54,7 +77,8 @@ def cross_moments_nbytes(dim_a: int, dim_b: int, *, second: bool = False, batch_
 class _Product:
     """``sum_n a_n b_n^T`` in float64, with an optional float32 staging buffer (see the module docstring).
 
-    Buffers are allocated by the first product (no separate zero fill).
+    Buffers are allocated by the first product (no separate zero fill). Rows arrive already converted
+    to :meth:`dtype_for` (the caller converts each batch once and reads its column sums off the same copy).
     """
 
     def __init__(self, p: int, q: int, batch_dtype: torch.dtype | None, flush_rows: int):
@@ -64,8 +88,17 @@ class _Product:
         self._total: torch.Tensor | None = None
         self._stage: torch.Tensor | None = None
         self._staged = 0
+        self._staged_sq = (0.0, 0.0)  # squared Frobenius norms of the staged rows of each side
+        self._blocks = 0  # float32 blocks added into the float64 sums
         #: machine epsilon of the coarsest product formed so far (0 before the first product)
         self.eps = 0.0
+        self._bound = 0.0
+
+    def dtype_for(self, a: torch.Tensor, b: torch.Tensor) -> torch.dtype:
+        """The dtype the product of these rows is formed in."""
+        if self.batch_dtype is None:
+            return torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
+        return self.batch_dtype
 
     def _add_total(self, m: torch.Tensor) -> None:
         if self._total is None:
@@ -73,30 +106,38 @@ class _Product:
         else:
             self._total += m
 
-    def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
-        if self.batch_dtype is None and a.dtype != torch.float64 and b.dtype != torch.float64:
-            a32, b32 = a.to(torch.float32), b.to(torch.float32)
-            self.eps = max(self.eps, torch.finfo(torch.float32).eps)
-            if self._stage is None:
-                self._stage = a32.T @ b32
+    def add(self, a: torch.Tensor, b: torch.Tensor, sq_a: float, sq_b: float) -> None:
+        """Add ``a^T b`` (rows already in :meth:`dtype_for`; ``sq_a``, ``sq_b`` their squared Frobenius norms)."""
+        if a.dtype == torch.float64:
+            self.eps = max(self.eps, EPS64)
+            if self._total is not None:
+                self._total.addmm_(a.T, b)
             else:
-                self._stage.addmm_(a32.T, b32)
-            self._staged += a.shape[0]
-            if self._staged >= self.flush_rows:
-                self.flush()
+                self._total = a.T @ b
             return
-        dt = self.batch_dtype or torch.float64
-        a, b = a.to(dt), b.to(dt)
-        self.eps = max(self.eps, torch.finfo(dt).eps)
-        if dt == torch.float64 and self._total is not None:
-            self._total.addmm_(a.T, b)
+        self.eps = max(self.eps, torch.finfo(a.dtype).eps)
+        if self._stage is None:
+            self._stage = a.T @ b
         else:
-            self._add_total(a.T @ b)
+            self._stage.addmm_(a.T, b)
+        self._staged += a.shape[0]
+        self._staged_sq = (self._staged_sq[0] + sq_a, self._staged_sq[1] + sq_b)
+        if self.batch_dtype is not None or self._staged >= self.flush_rows:
+            self.flush()
+
+    @property
+    def bound(self) -> float:
+        """Bound on ``||sums - exact sums||_F`` from float32 products (module docstring; 0 for float64 products)."""
+        if self._stage is not None:
+            self.flush()
+        return self._bound
 
     def flush(self) -> torch.Tensor:
         if self._stage is not None:
             self._add_total(self._stage)
-            self._stage, self._staged = None, 0
+            self._bound += gamma32(self._staged) * math.sqrt(self._staged_sq[0] * self._staged_sq[1])
+            self._blocks += 1
+            self._stage, self._staged, self._staged_sq = None, 0, (0.0, 0.0)
         if self._total is None:
             self._total = torch.zeros(self.shape, dtype=torch.float64)
         return self._total
@@ -104,6 +145,8 @@ class _Product:
     def merge(self, other: _Product) -> None:
         self.flush().add_(other.flush())
         self.eps = max(self.eps, other.eps)
+        self._bound += other._bound
+        self._blocks += other._blocks
 
 
 def _as_rows(x, dim: int, name: str) -> torch.Tensor:
@@ -128,7 +171,7 @@ class Moments:
     """
 
     def __init__(self, dim: int, *, second: bool = False, kernel: bool = False, batch_dtype: torch.dtype | None = None,
-                 flush_rows: int = 8192):
+                 flush_rows: int = 8192, second_dtype: torch.dtype | None = None):
         if dim < 1:
             raise ValueError(f"dim={dim} is out of range: must be an integer >= 1")
         if kernel and not second:
@@ -136,7 +179,8 @@ class Moments:
         self.dim = int(dim)
         self.n = 0
         self._sum: torch.Tensor | None = None  # allocated on the data's device by the first update
-        self._gram = _Product(dim, dim, batch_dtype, flush_rows) if second else None
+        gram_dtype = batch_dtype if second_dtype is None else second_dtype
+        self._gram = _Product(dim, dim, gram_dtype, flush_rows) if second else None
         self.kernel = bool(kernel)
         #: ``sum_n |x_n|^2`` (float64; always accumulated)
         self.sq_sum = 0.0
@@ -145,10 +189,6 @@ class Moments:
         self.sq_sq_sum = 0.0
         #: machine epsilon of the coarsest rows seen (0 before the first update)
         self.row_eps = 0.0
-
-    def _row_norms(self, x: torch.Tensor) -> torch.Tensor:
-        x64 = x.to(torch.float64)
-        return (x64 * x64).sum(1)
 
     @property
     def sum(self) -> torch.Tensor:
@@ -162,33 +202,48 @@ class Moments:
         """``sum_n x_n x_n^T`` (float64) or None without second moments."""
         return None if self._gram is None else self._gram.flush()
 
+    @property
+    def bound(self) -> float:
+        """Bound on the Frobenius error of :attr:`gram` from float32 products (module docstring; 0 without them)."""
+        return 0.0 if self._gram is None else self._gram.bound
+
     def update(self, x) -> Moments:
         """Add the rows of ``x`` (``(n_rows, dim)``); returns ``self``."""
         x = _as_rows(x, self.dim, "x")
-        self._update(x)
+        wide = self._gram is None or self._gram.dtype_for(x, x) == torch.float64
+        self._add(x, x.to(torch.float64) if wide else None)
         return self
 
-    def _update(self, x: torch.Tensor, norms: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Add checked rows; returns their squared norms (float64) with ``kernel`` sums, else None."""
+    def _add(self, x: torch.Tensor, x64: torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
+        """Add checked rows ``x``, with ``x64`` their float64 copy when the caller made one (the sums are read off it:
+        float64 reductions of float64 rows, no second conversion). Returns the rows' squared Frobenius norm and,
+        with ``kernel`` sums, their squared row norms (float64)."""
         self.n += x.shape[0]
         if x.is_floating_point():
             self.row_eps = max(self.row_eps, torch.finfo(x.dtype).eps)
-        s = x.sum(0, dtype=torch.float64)
+        if x64 is not None:
+            s = x64.sum(0)
+            sq = float(torch.linalg.vector_norm(x64)) ** 2
+        else:  # float32 staging: one reduction each, accumulated in float64, without a float64 copy of the rows
+            s = x.sum(0, dtype=torch.float64)
+            sq = float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
         if self._sum is None:
             self._sum = s
         else:
             self._sum += s
-        if self._gram is not None:
-            self._gram.add(x, x)
+        norms = None
         if self.kernel:
-            a = self._row_norms(x) if norms is None else norms
-            self.sq_sum += float(a.sum())
-            self.sq_weighted_sum = self.sq_weighted_sum.to(a.device) + a @ x.to(torch.float64)
-            self.sq_sq_sum += float(a @ a)
-        else:  # one reduction, accumulated in float64, without a float64 copy of the rows
-            a = None
-            self.sq_sum += float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
-        return a
+            xk = x64 if x64 is not None else x.to(torch.float64)
+            norms = (xk * xk).sum(1)
+            sq = float(norms.sum())
+            self.sq_weighted_sum = self.sq_weighted_sum.to(norms.device) + norms @ xk
+            self.sq_sq_sum += float(norms @ norms)
+        self.sq_sum += sq
+        if self._gram is not None:
+            dt = self._gram.dtype_for(x, x)
+            op = x64 if dt == torch.float64 and x64 is not None else x.to(dt)
+            self._gram.add(op, op, sq, sq)
+        return sq, norms
 
     def merge(self, other: Moments) -> Moments:
         """Add the statistics of ``other`` (same ``dim``, gathered on other rows); returns ``self``."""
@@ -231,13 +286,16 @@ class CrossMoments:
     float64). With ``second=True`` it also holds ``A^T A`` and ``B^T B``, which enable partial
     whitening, the alignment residual ``||A R - B||_F`` and linear CKA
     (:func:`ftlab.core.geometry.cka_from_moments`); ``kernel=True`` adds the row-norm sums of the
-    unbiased CKA (see the module docstring).
+    unbiased CKA (see the module docstring). ``second_dtype`` forms the second moments in another dtype
+    than ``batch_dtype`` (``torch.float32``: per-batch float32 products added into float64 sums, with the
+    error bound :attr:`Moments.bound`; for statistics that only report alignment, such as CKA).
     """
 
     def __init__(self, dim_a: int, dim_b: int, *, second: bool = False, kernel: bool = False,
-                 batch_dtype: torch.dtype | None = None, flush_rows: int = 8192):
-        self.a = Moments(dim_a, second=second, kernel=kernel, batch_dtype=batch_dtype, flush_rows=flush_rows)
-        self.b = Moments(dim_b, second=second, kernel=kernel, batch_dtype=batch_dtype, flush_rows=flush_rows)
+                 batch_dtype: torch.dtype | None = None, flush_rows: int = 8192, second_dtype: torch.dtype | None = None):
+        kw = {"second": second, "kernel": kernel, "batch_dtype": batch_dtype, "flush_rows": flush_rows,
+              "second_dtype": second_dtype}
+        self.a, self.b = Moments(dim_a, **kw), Moments(dim_b, **kw)  # type: ignore[arg-type]
         self._cross = _Product(dim_a, dim_b, batch_dtype, flush_rows)
         self.kernel = bool(kernel)
         #: with ``kernel``: ``sum_n |b_n|^2 a_n``, ``sum_n |a_n|^2 b_n`` and ``sum_n |a_n|^2 |b_n|^2`` (zeros otherwise)
@@ -265,12 +323,14 @@ class CrossMoments:
         b = _as_rows(b, self.b.dim, "b")
         if a.shape[0] != b.shape[0]:
             raise ValueError(f"a has {a.shape[0]} rows but b has {b.shape[0]}: rows must be aligned one to one")
-        na, nb = self.a._update(a), self.b._update(b)
-        self._cross.add(a, b)
+        dt = self._cross.dtype_for(a, b)
+        a64, b64 = (a.to(torch.float64), b.to(torch.float64)) if dt == torch.float64 else (None, None)
+        (sa, na), (sb, nb) = self.a._add(a, a64), self.b._add(b, b64)
+        self._cross.add(a64 if a64 is not None else a.to(dt), b64 if b64 is not None else b.to(dt), sa, sb)
         if self.kernel:
             assert na is not None and nb is not None
-            self.b_sq_weighted_a = self.b_sq_weighted_a.to(na.device) + nb @ a.to(torch.float64)
-            self.a_sq_weighted_b = self.a_sq_weighted_b.to(na.device) + na @ b.to(torch.float64)
+            self.b_sq_weighted_a = self.b_sq_weighted_a.to(na.device) + nb @ (a64 if a64 is not None else a.double())
+            self.a_sq_weighted_b = self.a_sq_weighted_b.to(na.device) + na @ (b64 if b64 is not None else b.double())
             self.ab_sq_sum += float(na @ nb)
         return self
 
@@ -290,12 +350,18 @@ class CrossMoments:
 
     @property
     def eps(self) -> float:
-        """Machine epsilon of the precision of these sums: the coarsest product formed (0 before the first update).
+        """Machine epsilon of the precision of the cross-covariance sums (0 before the first update).
 
         Float32 staging gives float32's epsilon; float32 rows multiplied in float64 give float64's
-        (the products are exact): a structural zero direction then stays at float64 rounding.
+        (the products are exact): a structural zero direction then stays at float64 rounding. The
+        second moments' precision is their own (:attr:`Moments.eps`).
         """
-        return max(self.a.eps, self.b.eps, self._cross.eps)
+        return self._cross.eps
+
+    @property
+    def bound(self) -> float:
+        """Bound on ``||cross - exact A^T B||_F`` from float32 products (module docstring; 0 for float64 products)."""
+        return self._cross.bound
 
     def nbytes(self) -> int:
         """Bytes the accumulated matrices take once allocated (see :func:`cross_moments_nbytes`)."""
@@ -343,9 +409,10 @@ class _RowSide:
         self.n += x.shape[0]
         if x.is_floating_point():
             self.row_eps = max(self.row_eps, torch.finfo(x.dtype).eps)
-        s = x.sum(0, dtype=torch.float64)
+        x64 = x.to(torch.float64)  # transient: the rows are kept as they came (converted when read)
+        s = x64.sum(0)
         self._sum = s if self._sum is None else self._sum + s
-        self.sq_sum += float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
+        self.sq_sum += float(torch.linalg.vector_norm(x64)) ** 2
 
     def rows(self) -> torch.Tensor:
         """All rows, ``(n, dim)`` float64 (on the rows' device)."""
@@ -366,7 +433,7 @@ class _RowSide:
 
     @property
     def eps(self) -> float:
-        return _EPS64 if (self._second and self.n) else 0.0
+        return EPS64 if (self._second and self.n) else 0.0
 
     @property
     def gram(self) -> torch.Tensor | None:
@@ -384,8 +451,6 @@ class _RowSide:
             X = X - self.mean.to(X.device)
         return X.T @ X
 
-
-_EPS64 = torch.finfo(torch.float64).eps
 
 
 class RowMoments:
@@ -418,7 +483,7 @@ class RowMoments:
     @property
     def eps(self) -> float:
         """Float64's machine epsilon once rows arrived (every product is formed in float64 from the rows)."""
-        return _EPS64 if self.n else 0.0
+        return EPS64 if self.n else 0.0
 
     def update(self, a, b) -> RowMoments:
         """Add row-aligned batches ``a`` (``(n, dim_a)``) and ``b`` (``(n, dim_b)``); returns ``self``."""

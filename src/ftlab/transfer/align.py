@@ -17,14 +17,26 @@
 Completion rule (ftlab's, not the paper's). With ``C = U S V^T`` and ``r`` singular values above
 ``tol = max(max(d_A, d_B) eps, sqrt(eps_64)) s_max`` (``eps``: machine epsilon of the products
 summed: float64's by default, also for float32 models, whose row products are exact in float64;
-float32's with float32 staging; ``eps_64`` float64's), the map is
+float32's with float32 staging; ``eps_64`` float64's) -- and never below the bound on the error of
+float32 products (:attr:`ftlab.core.stats.CrossMoments.bound`, 0 for float64 products) -- the map is
 fixed on the determined subspace, ``U_r V_r^T``; on the rest it is the best map of the same kind
 for the next statistic of a chain, restricted to the undetermined subspaces ``U_perp`` and
-``V_perp``: ``R = U_r V_r^T + U_perp polar(U_perp^T C_2 V_perp) V_perp^T``, recursively (the
+``V_perp``: ``R = U_r V_r^T + U_perp polar_r(U_perp^T C_2 V_perp) V_perp^T``, recursively (the
 constrained Procrustes solution: the semi-orthogonal ``R`` that agrees with ``C`` where ``C``
-decides and maximises ``tr(R^T C_2)`` elsewhere). The chain ends with the pad/truncate map, so a
-model transferred to itself returns its task vector exactly with any number of calibration rows,
-and an exact re-coding of the source is recovered wherever some statistic of the chain sees it.
+decides and maximises ``tr(R^T C_2)`` elsewhere). ``polar_r(M)`` is the polar factor of ``M`` on its
+singular values above the tolerance of its statistic (``U_r V_r^T`` of ``M``'s SVD, which does not
+depend on the SVD's choice of bases, ties included); the directions it leaves go to the next link.
+The chain ends with the pad/truncate map ``N`` (tolerance ``max(max(d_A, d_B) eps_64, sqrt(eps_64))``),
+and the directions even ``N`` does not decide -- undetermined directions of A that ``N`` sends entirely
+into B's determined subspace, so that ``N`` pairs them with nothing left in B -- are **left unmapped**:
+``R`` is zero there (a partial isometry; ``MapFit.completed`` counts them as ``"unmapped"``). Any
+pairing of them would be arbitrary (the dense SVD's pairing depended on its bases; on EfficientNet-Lite0
+-> Lite2 such directions carried 28% of the task vector), so the rule drops that part of ``tau_A``
+instead: every map it returns is a function of the statistics alone, and the dense solver and the
+factored one (:mod:`ftlab.transfer.factored`) compute the same map. A model transferred to itself
+returns its task vector exactly with any number of calibration rows (``N`` is then an isometry on the
+undetermined subspaces, and nothing is unmapped), and an exact re-coding of the source is recovered
+wherever some statistic of the chain sees it.
 The first term is ``numpy.linalg.matrix_rank``'s tolerance at the precision of the sums: below
 it a singular direction is rounding, and its polar factor noise. The floor ``sqrt(eps_64)`` (1.5e-8)
 matters for float64 data only: a polar factor's error on a singular direction is the perturbation
@@ -44,6 +56,9 @@ from torch.nn import functional as F
 from ftlab.core.geometry import cka_from_moments
 from ftlab.core.stats import CrossMoments, RowMoments
 from ftlab.core.validate import check_choice, check_range
+from ftlab.transfer.factored import FACTORED_MIN_WIDTH, as_dense, cross_norm, factored_solve, factors_of
+from ftlab.transfer.linalg import UNMAPPED, naive_map, svd
+from ftlab.transfer.linalg import rank_rtol as rank_rtol_of
 
 __all__ = ["SEQ_ALIGN", "AffineMoments", "MapFit", "RankWarning", "SeqAlign", "SumMoments", "align_tokens", "fit_map",
            "naive_map", "procrustes", "procrustes_similarity"]
@@ -139,29 +154,11 @@ def align_tokens(a: torch.Tensor, b: torch.Tensor, mode: SeqAlign = "identity", 
     return a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
 
 
-def svd(M: torch.Tensor, full_matrices: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``torch.linalg.svd``; where its divide-and-conquer driver fails to converge (it does on some
-    ill-conditioned float64 cross-covariances of real pretrained pairs), LAPACK's slower, more robust
-    ``gesvd`` driver (through SciPy) on the same matrix."""
-    try:
-        return torch.linalg.svd(M, full_matrices=full_matrices)
-    except torch.linalg.LinAlgError:
-        import scipy.linalg
-
-        u, s, vh = scipy.linalg.svd(M.detach().cpu().numpy(), full_matrices=full_matrices, lapack_driver="gesvd")
-        return tuple(torch.from_numpy(x).to(device=M.device, dtype=M.dtype) for x in (u, s, vh))  # type: ignore[return-value]
-
-
 def procrustes(C: torch.Tensor) -> torch.Tensor:
     """Polar factor ``U V^T`` of ``C = U S V^T`` (thin SVD in float64): the Procrustes map of ``C``."""
     C = C.to(torch.float64)
     U, _, Vh = svd(C)
     return U @ Vh
-
-
-def naive_map(d_a: int, d_b: int) -> torch.Tensor:
-    """The pad/truncate "map" ``I_{d_A x d_B}``: ``R^T tau R`` zero-pads or truncates to the top-left block."""
-    return torch.eye(d_a, d_b, dtype=torch.float64)
 
 
 def _inv_power(S: torch.Tensor, p: float, eps: float) -> torch.Tensor:
@@ -185,7 +182,9 @@ class MapFit:
     ``rank`` the numerical rank of the cross-covariance at ``precision`` (``"float64"`` or
     ``"float32"``: the coarsest rows or products summed), ``dims`` the number of dimensions the map
     has to fix (``min(d_A, d_B)``), ``completed`` the ``(statistic, dimensions)`` the completion rule
-    filled the other ``dims - rank`` from, in order. ``similarity`` is the Procrustes similarity
+    filled the other ``dims - rank`` from, in order (``"unmapped"``: dimensions no statistic of the
+    chain decides, where the map is zero; ``"svd"``: the SVD's arbitrary pairing, ``completion=()``
+    only). ``similarity`` is the Procrustes similarity
     ``||A^T B||_* / (||A||_F ||B||_F)`` (1 when ``B = A R`` for an isometry ``R``; nan when whitened).
     ``converged``/``n_iter`` follow the library's solver convention (a closed-form SVD: always
     ``True``/``1``; ``False`` only when the cross-covariance was zero and the map is all completion).
@@ -217,9 +216,11 @@ class MapFit:
                     f"with {how}")
         if self.rank >= self.dims:
             return None
-        filled = ", ".join(f"{label} ({d})" for label, d in self.completed) or "nothing"
+        filled = ", ".join(f"{label} ({d})" for label, d in self.completed if label != UNMAPPED) or "nothing"
+        left = sum(d for label, d in self.completed if label == UNMAPPED)
         return (f"{self.name}: the {self.source} map is fitted from {self.n_rows} rows (rank {self.rank} of {self.dims} at "
-                f"{self.precision} precision); the other {self.dims - self.rank} dimensions are completed with {filled}")
+                f"{self.precision} precision); the other {self.dims - self.rank} dimensions are completed with {filled}"
+                + (f"; {left} decided by no statistic are left unmapped (zero)" if left else ""))
 
 
 class _Side:
@@ -312,8 +313,6 @@ class AffineMoments:
 
     def factors(self, *, center: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(Y_A, Y_B)``: the base's rows mapped (``X M^T + c``), when the base keeps its rows; else None."""
-        from ftlab.transfer.factored import factors_of
-
         base = factors_of(self.base, center=center)
         if base is None:
             return None
@@ -366,14 +365,12 @@ class SumMoments:
 
     def factors(self, *, center: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The parts' rows stacked, each part's source rows divided by the norm of its cross-covariance."""
-        from ftlab.transfer.factored import _fro_cross, factors_of
-
         got = [factors_of(p, center=center) for p in self.parts]
         if any(f is None for f in got):
             return None
         rows_a, rows_b = [], []
         for F_A, F_B in got:  # type: ignore[misc]
-            f = _fro_cross(F_A, F_B)
+            f = cross_norm(F_A, F_B)
             if f > 0:
                 rows_a.append(F_A / f)
                 rows_b.append(F_B)
@@ -399,15 +396,20 @@ def procrustes_similarity(stats: CrossMoments, center: bool = False) -> float:
     return float(sv.sum()) / math.sqrt(tra * trb)
 
 
-_EPS64 = torch.finfo(torch.float64).eps
-_SQRT_EPS64 = math.sqrt(_EPS64)
-
-
 def _rtol(stats, da: int, db: int, rank_rtol: float | None) -> float:
-    if rank_rtol is not None:
-        return float(rank_rtol)
-    eps = float(getattr(stats, "eps", 0.0)) or _EPS64
-    return max(_SQRT_EPS64, max(da, db) * eps)
+    return rank_rtol_of(float(getattr(stats, "eps", 0.0)), da, db, rank_rtol)
+
+
+def _bound(stats) -> float:
+    """Bound on the Frobenius error of a statistic's cross-covariance from float32 products (0 for float64 ones)."""
+    return float(getattr(stats, "bound", 0.0))
+
+
+def _tol(stats, scale: float, da: int, db: int, rank_rtol: float | None) -> float:
+    """Absolute singular-value tolerance of a statistic whose largest singular value (or norm) is ``scale``: below it
+    a direction is rounding -- relative to ``scale`` at the precision of the sums, and never below the bound on the
+    error of float32 products (:attr:`ftlab.core.stats.CrossMoments.bound`)."""
+    return max(_rtol(stats, da, db, rank_rtol) * scale, _bound(stats))
 
 
 def _precision(stats) -> str:
@@ -415,28 +417,29 @@ def _precision(stats) -> str:
     return "float32" if eps >= torch.finfo(torch.float32).eps else "float64"
 
 
-def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: int, db: int, rank_rtol: float | None,
-              exact_identity: bool = False) -> tuple[torch.Tensor, list[tuple[str, int]]]:
-    """The part of the map on the undetermined subspaces ``span(Up)`` (A) and ``span(Vp)`` (B)."""
+def _complete(Up: torch.Tensor, Vp: torch.Tensor, chain, *, center: bool, da: int, db: int, rank_rtol: float | None
+              ) -> tuple[torch.Tensor, list[tuple[str, int]]]:
+    """The part of the map on the undetermined subspaces ``span(Up)`` (A) and ``span(Vp)`` (B), dense.
+
+    Each link of the chain fixes the directions its statistic decides (the polar factor of
+    ``Up^T C_i Vp`` on its singular values above the tolerance); what the last link leaves is unmapped.
+    """
     k = min(Up.shape[1], Vp.shape[1])
     if k == 0:
         return torch.zeros(da, db, dtype=torch.float64, device=Up.device), []
-    if not chain:  # nothing left to decide it: the SVD's own pairing of the bases (arbitrary)
-        return Up[:, :k] @ Vp[:, :k].T, [("svd", k)]
+    if not chain:  # the chain is exhausted: nothing decides these directions, so they are not mapped
+        return torch.zeros(da, db, dtype=torch.float64, device=Up.device), [(UNMAPPED, k)]
     label, st = chain[0]
     if st is None:  # the pad/truncate map
-        if exact_identity:
-            return naive_map(da, db).to(Up.device), [(label, k)]
         m = min(da, db)
         M = Up[:m].T @ Vp[:m]
-        scale, tol_stats = 1.0, None
+        tol = _tol(None, 1.0, da, db, rank_rtol)
     else:
         C2 = st.covariance(center=center).to(device=Up.device, dtype=torch.float64)
         M = Up.T @ C2 @ Vp
-        scale, tol_stats = float(torch.linalg.norm(C2)), st
+        tol = _tol(st, float(torch.linalg.norm(C2)), da, db, rank_rtol)
     U2, s2, V2h = svd(M, full_matrices=True)
-    tol = _rtol(tol_stats, da, db, rank_rtol) * scale
-    r2 = int((s2 > tol).sum()) if scale > 0 else 0
+    r2 = int((s2 > tol).sum())
     part = (Up @ U2[:, :r2]) @ (V2h[:r2] @ Vp.T)
     rest, used = _complete(Up @ U2[:, r2:], Vp @ V2h[r2:].T, chain[1:], center=center, da=da, db=db,
                            rank_rtol=rank_rtol)
@@ -448,16 +451,12 @@ Solver = Literal["auto", "dense", "factored"]
 
 def _rows_of(stats) -> int | None:
     """Rows behind a statistic that keeps them (None for dense sums)."""
-    from ftlab.transfer.factored import factors_of
-
     f = factors_of(stats)
     return None if f is None else int(f[0].shape[0])
 
 
 def _choose_factored(stats, chain, solver: str, whiten_p: float, da: int, db: int) -> bool:
     """The factored solver where it is cheaper: kept rows fewer than the widths, wide maps, no whitening."""
-    from ftlab.transfer.factored import FACTORED_MIN_WIDTH
-
     if solver == "dense" or whiten_p > 0 or not chain or chain[-1][1] is not None:
         return False
     rows = [_rows_of(stats)] + [_rows_of(st) for _, st in chain if st is not None]
@@ -484,15 +483,13 @@ def _similarity(stats, sv: torch.Tensor, center: bool) -> float:
 
 
 def _factored(stats, chain, *, center: bool, rank_rtol: float | None, da: int, db: int):
-    """The factored solve (:mod:`ftlab.transfer.factored`), or None where it defers to the dense path."""
-    from ftlab.transfer.factored import factored_solve, factors_of
-
+    """The factored solve (:mod:`ftlab.transfer.factored`)."""
     F_A, F_B = factors_of(stats, center=center)  # type: ignore[misc]
     tol_stats = {label: st for label, st in chain}
     fac_chain = [(label, None if st is None else factors_of(st, center=center)) for label, st in chain]
     return factored_solve(F_A, F_B, fac_chain, rank_tol=_rtol(stats, da, db, rank_rtol),
                           n_max=max(stats.n - int(center), 0),
-                          rtol_of=lambda label: _rtol(tol_stats.get(label), da, db, rank_rtol))
+                          tol_of=lambda label, scale: _tol(tol_stats.get(label), scale, da, db, rank_rtol))
 
 
 def _dense(stats, chain, *, center: bool, whiten_p: float, eps: float, rank_rtol: float | None):
@@ -500,11 +497,14 @@ def _dense(stats, chain, *, center: bool, whiten_p: float, eps: float, rank_rtol
     C = stats.covariance(center=center).to(torch.float64)
     da, db = C.shape
     k = min(da, db)
-    if not torch.any(C != 0):
+    if not torch.any(C != 0):  # no signal: the whole map is completion (exactly N where the chain starts with it)
+        none = torch.zeros(0, dtype=torch.float64)
+        if not chain or chain[0][1] is None:
+            return naive_map(da, db).to(C.device), 0, none, [(chain[0][0] if chain else "svd", k)]
         eye_a = torch.eye(da, dtype=torch.float64, device=C.device)
-        eye_b = torch.eye(db, dtype=torch.float64, device=C.device)
-        R, used = _complete(eye_a, eye_b, chain, center=center, da=da, db=db, rank_rtol=rank_rtol, exact_identity=True)
-        return R, 0, torch.zeros(0, dtype=torch.float64), used
+        R, used = _complete(eye_a, torch.eye(db, dtype=torch.float64, device=C.device), chain, center=center, da=da,
+                            db=db, rank_rtol=rank_rtol)
+        return R, 0, none, used
     if whiten_p > 0:
         if not stats.second:
             raise ValueError("whiten_p > 0 needs second moments (diagnostics/whitening statistics)")
@@ -513,19 +513,19 @@ def _dense(stats, chain, *, center: bool, whiten_p: float, eps: float, rank_rtol
     # the full bases at once where a completion is sure (fewer rows than dimensions) or costs little more (near-square)
     full = da != db and (stats.n < k or max(da, db) <= 1.25 * k)
     U, sv, Vh = svd(C, full_matrices=full)
-    rank = min(int((sv > sv[0] * _rtol(stats, da, db, rank_rtol)).sum()), max(stats.n - int(center), 0))
+    rank = min(int((sv > _tol(stats, float(sv[0]), da, db, rank_rtol)).sum()), max(stats.n - int(center), 0))
     if rank >= k:
         return U[:, :k] @ Vh[:k], rank, sv, []  # = procrustes(C), from the same SVD
     if da != db and not full:
         U, _, Vh = svd(C, full_matrices=True)
+    if not chain:  # complete="none": the SVD's own pairing of the undetermined bases (arbitrary, documented as such)
+        return U[:, :k] @ Vh[:k], rank, sv, [("svd", k - rank)]
     R, used = _complete(U[:, rank:], Vh[rank:].T, chain, center=center, da=da, db=db, rank_rtol=rank_rtol)
     return R + U[:, :rank] @ Vh[:rank], rank, sv, used
 
 
 def _fit_diagnostics(stats, R, center: bool) -> dict:
     """Residuals and CKA of a fitted map (nan without second moments: then nothing is computed)."""
-    from ftlab.transfer.factored import as_dense
-
     out = {"residual": math.nan, "residual_naive": math.nan, "cka": math.nan, "cka_naive": math.nan,
            "cka_fit": math.nan}
     if not (isinstance(stats, (CrossMoments, RowMoments)) and stats.second):
@@ -548,9 +548,10 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
     docstring); ``()`` keeps the SVD's arbitrary choice there. ``rank_rtol`` overrides the relative
     rank tolerance ``max(d_A, d_B) * eps``. ``solver``: ``"dense"`` (SVDs of the ``d_A x d_B``
     cross-covariances), ``"factored"`` (from kept rows, in the cost of the rank: see
-    :mod:`ftlab.transfer.factored`; dense where the statistics keep no rows) or ``"auto"`` (factored
-    for maps at least 256 wide whose statistics hold fewer rows than their width). Both give the same
-    map wherever the statistics and the completion rule decide it. Where the rank is below
+    :mod:`ftlab.transfer.factored`; dense where the statistics keep no rows or the chain does not end
+    with the pad/truncate map) or ``"auto"`` (factored for maps at least 256 wide whose statistics hold
+    fewer rows than their width). Both compute the one map the completion rule defines (to rounding,
+    unless a singular value lies within rounding of a tolerance). Where the rank is below
     ``min(d_A, d_B)``, :attr:`MapFit.note` says so in one line (methods summarise these notes in one
     :class:`RankWarning` per fit).
     """
@@ -561,12 +562,10 @@ def fit_map(stats, *, source: str, center: bool = False, whiten_p: float = 0.0, 
     chain = tuple(completion)
     da, db = stats.a.dim, stats.b.dim
     k = min(da, db)
-    got = None
     if _choose_factored(stats, chain, solver, whiten_p, da, db):
-        got = _factored(stats, chain, center=center, rank_rtol=rank_rtol, da=da, db=db)
-    if got is None:
-        got = _dense(stats, chain, center=center, whiten_p=whiten_p, eps=eps, rank_rtol=rank_rtol)
-    R, rank, sv, used = got
+        R, rank, sv, used = _factored(stats, chain, center=center, rank_rtol=rank_rtol, da=da, db=db)
+    else:
+        R, rank, sv, used = _dense(stats, chain, center=center, whiten_p=whiten_p, eps=eps, rank_rtol=rank_rtol)
     prec = _precision(stats)
     zero = rank == 0 and not (sv.numel() and float(sv[0]) > 0)
     diag = _fit_diagnostics(stats, R, center)

@@ -117,14 +117,19 @@ class Diagnosis:
 def diagnose(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
              batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
              options: TransferOptions | None = None, source_batches: Iterable | None = None,
-             target_batches: Iterable | None = None) -> Diagnosis:
+             target_batches: Iterable | None = None, cka: bool = True) -> Diagnosis:
     """Layer-by-layer alignment of A and B on the calibration data and the estimated carried share of ``tau_A``.
 
     Arguments as :func:`~ftlab.transfer.fit_transfer` (the method must fit Procrustes maps; BiCo by
-    default). Runs the calibration pass with second moments (``diagnostics=True``), which costs
-    about twice the statistics of a plain transfer. See the module docstring for the estimator.
+    default). ``estimate`` needs only the fit's own statistics (the Procrustes similarity is read off
+    the cross-covariance's singular values and the rows' squared norms), so with ``cka=False`` this is
+    one calibration pass at the transfer's own cost and ``estimate_cka`` and the CKA columns are nan;
+    ``cka=True`` adds second moments (``diagnostics=True``), about twice the statistics of a plain
+    transfer. See the module docstring for the estimator.
     """
-    opts = dataclasses.replace(options if options is not None else TransferOptions(), diagnostics=True)
+    opts = options if options is not None else TransferOptions()
+    if cka:
+        opts = dataclasses.replace(opts, diagnostics=True)
     res = fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=method, options=opts,
                        source_batches=source_batches, target_batches=target_batches)
     return diagnosis_from_result(res)
@@ -142,7 +147,8 @@ def diagnosis_from_result(res) -> Diagnosis:
         sims = [_num(rec.get(f"{s}_similarity")) for s in ("in", "out") if f"{s}_map" in rec]
         ckas = [_num(rec.get(f"{s}_cka")) for s in ("in", "out") if f"{s}_map" in rec]
         carry = math.prod(0.0 if not math.isfinite(x) else x for x in sims) if sims else math.nan
-        carry_cka = math.prod(0.0 if not math.isfinite(x) else x for x in ckas) if ckas else math.nan
+        carry_cka = (math.prod(0.0 if not math.isfinite(x) else x for x in ckas)
+                     if any(math.isfinite(x) for x in ckas) else math.nan)  # nan: no second moments were gathered
         rows.append({"target": rec["target"], "source": rec["source"], "tau_sq": w,
                      "in_statistic": rec.get("in_source"), "out_statistic": rec.get("out_source"),
                      "in_cka": _num(rec.get("in_cka")), "out_cka": _num(rec.get("out_cka")),
@@ -154,7 +160,8 @@ def diagnosis_from_result(res) -> Diagnosis:
     for r in rows:
         r["tau_share"] = r["tau_sq"] / total if total > 0 else math.nan
     est = sum(r["tau_share"] * r["carry"] for r in rows if math.isfinite(r["carry"])) if total > 0 else math.nan
-    est_cka = sum(r["tau_share"] * r["carry_cka"] for r in rows if math.isfinite(r["carry_cka"])) if total > 0 else math.nan
+    cka_rows = [r for r in rows if math.isfinite(r["carry_cka"])]
+    est_cka = sum(r["tau_share"] * r["carry_cka"] for r in cka_rows) if total > 0 and cka_rows else math.nan
     return Diagnosis(layers=rows, estimate=est, estimate_cka=est_cka, zeroed_share=zeroed / total if total > 0 else math.nan,
                      method=res.method, n_batches=res.n_batches, options=res.options, time_s=res.time_s)
 

@@ -2,48 +2,49 @@
 
 A map fitted from ``n`` rows on widths ``d_A, d_B`` has a cross-covariance ``C = F_A^T F_B`` of rank
 at most ``n``. When ``n`` is below the widths (wide layers, few calibration rows) everything the
-completion rule of :mod:`ftlab.transfer.align` computes follows from ``n``-dimensional problems:
+completion rule of :mod:`ftlab.transfer.align` computes follows from ``n``-dimensional problems, and
+the factored solver returns the same map as the dense one (the rule has one answer; see there):
 
 * **the determined part**: QR factors ``F_A^T = Q_A R_A``, ``F_B^T = Q_B R_B`` and the SVD of the
   small ``R_A R_B^T = u s v^T`` give ``C = (Q_A u) s (Q_B v)^T`` in ``O(d n^2)``, not ``O(d^3)``;
 * **each statistic of the completion chain**: its rows projected onto the still undetermined
   subspaces (``F_2 (I - W W^T)``, ``W`` the directions fixed so far) and solved the same way;
-* **the pad/truncate step**, which closes the chain: with ``W_A``, ``W_B`` the ``k`` directions fixed
-  so far, ``Z = N W_B`` (``N = I_{d_A x d_B}``, ``d_A <= d_B``) and the eigen-decomposition
-  ``Z^T (I - W_A W_A^T) Z = E S^2 E^T`` (``k x k``), the polar factor of the pad/truncate map on the
-  undetermined subspaces is ``(P_A + G F G^T) N P_B`` with ``P = I - W W^T``,
-  ``G = (I - W_A W_A^T) Z E S^-1`` and ``F = (1 - S^2)^-1/2 - 1`` -- the constrained Procrustes
-  solution of the module docstring of :mod:`ftlab.transfer.align`, in closed form (a narrower
-  target solves the transposed problem).
+* **the pad/truncate step**, which closes the chain. With ``W_A``, ``W_B`` the ``k`` directions fixed
+  so far, ``P = I - W W^T`` and ``N = I_{d_A x d_B}`` (``d_A <= d_B``; a narrower target solves the
+  transposed problem), the step is the partial polar factor of ``X = P_A N P_B``: the polar factor on
+  its singular values above the tolerance, zero on the others. ``X X^T = P_A - (P_A Z)(P_A Z)^T`` with
+  ``Z = N W_B``, so ``X`` is an isometry on the part of ``range(P_A)`` orthogonal to ``span(P_A Z)``
+  (``<= k`` dimensions). With ``G`` an orthonormal basis of ``span(P_A Z)`` (an SVD of the ``d_A x k``
+  ``P_A Z``) and the thin SVD ``X^T G = P_B N^T G = U S E^T`` (``d_B x k``), ``G' = G E`` carries
+  ``X^T G' = U S``, and the step is
+
+      polar_r(X) = X - G' D U^T,   D = diag(s_i - 1 where s_i > tol, s_i where s_i <= tol):
+
+  ``G'_i`` is sent to ``U_i`` where it is decided and to zero where it is not; nothing is divided by a
+  small singular value, so the singular case costs what the regular one does.
 
 The map is kept as ``R = N + L M^T`` (:class:`LowRankMap`, ``O((d_A + d_B) k)`` numbers) and applied
 in factored form: ``R_out^T tau R_in`` costs ``O(d_out d_in k)``, never a dense ``d x d`` map.
-When the closed form would divide by a singular value below ``1e-5`` (the pad/truncate map nearly
-orthogonal to what is left), the solver returns ``None`` and the caller uses the dense path, which
-handles that case by the SVD's arbitrary pairing (as it always did).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["FACTORED_MIN_WIDTH", "LowRankMap", "as_dense", "factored_solve", "factors_of", "left_t", "right"]
+from ftlab.transfer.linalg import UNMAPPED, pad_rows, svd
+
+__all__ = ["FACTORED_MIN_WIDTH", "LowRankMap", "as_dense", "cross_norm", "factored_solve", "factors_of", "left_t",
+           "right"]
 
 #: Narrower maps are solved densely (a dense SVD of a few hundred columns is already cheap).
 FACTORED_MIN_WIDTH = 256
-_SAFE_SIGMA = 1e-5
-_EPS64 = torch.finfo(torch.float64).eps
-
-
-def _pad_rows(X: torch.Tensor, d: int) -> torch.Tensor:
-    """``N^T X`` for ``X`` with ``d_A`` rows: the first ``min`` rows kept, zero rows appended up to ``d``."""
-    if X.shape[0] >= d:
-        return X[:d]
-    return torch.cat([X, X.new_zeros(d - X.shape[0], X.shape[1])])
+#: Directions of ``span(P_A Z)`` with a singular value of ``P_A Z`` below this have ``s >= sqrt(1 - 1e-24)``:
+#: the pad/truncate map is an isometry on them to float64 precision.
+_ISOMETRIC = 1e-12
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,12 @@ class LowRankMap:
     def rmul(self, X: torch.Tensor) -> torch.Tensor:
         """``X @ R`` for ``X`` of shape ``(m, d_A)``."""
         d_a, d_b = self.shape
-        XN = _pad_rows(X.T, d_b).T  # X @ N
+        XN = pad_rows(X.T, d_b).T  # X @ N
         return XN + (X @ self.left) @ self.right.T
 
     def lmul_t(self, X: torch.Tensor) -> torch.Tensor:
         """``R^T @ X`` for ``X`` of shape ``(d_A, m)``."""
-        return _pad_rows(X, self.shape[1]) + self.right @ (self.left.T @ X)
+        return pad_rows(X, self.shape[1]) + self.right @ (self.left.T @ X)
 
     def transpose(self) -> LowRankMap:
         return LowRankMap(self.right, self.left)
@@ -124,15 +125,13 @@ def factors_of(stats, *, center: bool = False) -> tuple[torch.Tensor, torch.Tens
     return own(center=center)
 
 
-def _fro_cross(F_A: torch.Tensor, F_B: torch.Tensor) -> float:
+def cross_norm(F_A: torch.Tensor, F_B: torch.Tensor) -> float:
     """``||F_A^T F_B||_F`` from the ``n x n`` Gram matrices (``O(n^2 d)``)."""
     return math.sqrt(max(float(((F_A @ F_A.T) * (F_B @ F_B.T)).sum()), 0.0))
 
 
 def _svd_of_factors(F_A: torch.Tensor, F_B: torch.Tensor):
     """Thin SVD of ``F_A^T F_B``: ``(U, s, V)`` with ``U (d_A, m)``, ``V (d_B, m)``, ``m <= n``."""
-    from ftlab.transfer.align import svd
-
     Q_A, R_A = torch.linalg.qr(F_A.T)
     Q_B, R_B = torch.linalg.qr(F_B.T)
     u, s, vh = svd(R_A @ R_B.T)
@@ -144,48 +143,41 @@ def _project_out(F: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return F if W.shape[1] == 0 else F - (F @ W) @ W.T
 
 
-def _naive_step(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[LowRankMap, int] | None:
-    """``R = W_A W_B^T + polar(P_A N P_B)`` for ``d_A <= d_B`` (see the module docstring); None if ill-posed."""
+def _naive_step(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[LowRankMap, int, int]:
+    """``R = W_A W_B^T + polar_r(P_A N P_B)`` for ``d_A <= d_B`` (see the module docstring): the map, the number of
+    directions the step fixes and the number it leaves unmapped."""
     d_a, d_b = W_A.shape[0], W_B.shape[0]
     Z = W_B[:d_a]  # N W_B
-    H = W_A.T @ Z
-    PZ = Z - W_A @ H  # (I - W_A W_A^T) N W_B
-    tail = W_B[d_a:]  # Z^T Z = I - tail^T tail (W_B has orthonormal columns)
-    gram = torch.eye(W_B.shape[1], dtype=W_B.dtype, device=W_B.device) - tail.T @ tail - H.T @ H  # = PZ^T PZ
-    lam, E = torch.linalg.eigh((gram + gram.T) / 2)
-    lam = lam.clamp(0.0, 1.0)
-    sigma = torch.sqrt(1.0 - lam)  # singular values of the pad/truncate map on the undetermined subspaces
-    if bool((sigma < max(tol, _SAFE_SIGMA)).any()):
-        return None
-    keep = lam > 1e-24  # directions with s ~ 0 add F ~ s^2 / 2 ~ 0
-    E, s, F = E[:, keep], torch.sqrt(lam[keep]), 1.0 / sigma[keep] - 1.0
-    PZE = PZ @ E
-    G = PZE / s  # orthonormal: the left singular vectors of PZ
-    # R = W_A W_B^T + (P_A + G F G^T) N P_B, with G^T Z = S E^T:
-    #   = N + (W_A - PZ - PZE F E^T) W_B^T - W_A (N^T W_A)^T + (G F)(N^T G)^T
-    left = torch.cat([W_A - PZ - (PZE * F) @ E.T, -W_A, G * F], dim=1)
-    right_ = torch.cat([W_B, _pad_rows(W_A, d_b), _pad_rows(G, d_b)], dim=1)
-    return LowRankMap(left, right_), d_a - W_A.shape[1]
+    PZ = Z - W_A @ (W_A.T @ Z)  # P_A N W_B
+    G, g, _ = svd(PZ)
+    G = G[:, g > _ISOMETRIC]
+    NG = pad_rows(G, d_b)
+    U, sig, Eh = svd(NG - W_B @ (W_B.T @ NG))  # X^T G = P_B N^T G (G lies in range(P_A))
+    decided = sig > tol
+    D = torch.where(decided, sig - 1.0, sig)
+    # R = W_A W_B^T + X - G' D U^T, X = N - W_A (N^T W_A)^T - Z W_B^T + W_A (W_A^T Z) W_B^T
+    left = torch.cat([W_A - PZ, -W_A, -(G @ Eh.T) * D], dim=1)
+    right_ = torch.cat([W_B, pad_rows(W_A, d_b), U], dim=1)
+    unmapped = int((~decided).sum())
+    return LowRankMap(left, right_), d_a - W_A.shape[1] - unmapped, unmapped
 
 
 def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, rank_tol: float, n_max: int,
-                   rtol_of) -> tuple[LowRankMap | torch.Tensor, int, torch.Tensor, list[tuple[str, int]]] | None:
+                   tol_of: Callable[[str | None, float], float]
+                   ) -> tuple[LowRankMap | torch.Tensor, int, torch.Tensor, list[tuple[str, int]]]:
     """The completed Procrustes map of ``C = F_A^T F_B`` in factored form.
 
     ``chain``: ``(label, (G_A, G_B) or None)`` -- the completion statistics' factors, ``None`` for the
     pad/truncate map (the chain must end with it); ``rank_tol``: relative singular-value tolerance of
-    the primary statistic; ``n_max``: the rank cap (rows, minus one when centred); ``rtol_of(label)``:
-    the relative tolerance of a chain statistic. Returns ``(R, rank, singular values, completed)``, or
-    None when the dense path must decide (see the module docstring).
+    the primary statistic; ``n_max``: the rank cap (rows, minus one when centred); ``tol_of(label, scale)``:
+    the absolute tolerance of a chain statistic whose cross-covariance has norm ``scale`` (label None:
+    the pad/truncate map, scale 1). Returns ``(R, rank, singular values, completed)``.
     """
     d_a, d_b = F_A.shape[1], F_B.shape[1]
     if d_a > d_b:  # a narrower target: solve the transposed problem
-        got = factored_solve(F_B, F_A, chain=[(lab, None if f is None else (f[1], f[0])) for lab, f in chain],
-                             rank_tol=rank_tol, n_max=n_max, rtol_of=rtol_of)
-        if got is None:
-            return None
-        R_t = got[0]
-        return (R_t.transpose() if isinstance(R_t, LowRankMap) else R_t.T), got[1], got[2], got[3]
+        R_t, rank, sv, used = factored_solve(F_B, F_A, [(lab, None if f is None else (f[1], f[0])) for lab, f in chain],
+                                             rank_tol=rank_tol, n_max=n_max, tol_of=tol_of)
+        return (R_t.transpose() if isinstance(R_t, LowRankMap) else R_t.T), rank, sv, used
     U, s, V = _svd_of_factors(F_A, F_B)
     r = int((s > s[0] * rank_tol).sum()) if s.numel() and float(s[0]) > 0 else 0
     r = min(r, n_max)
@@ -193,23 +185,18 @@ def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, ran
     used: list[tuple[str, int]] = []
     for label, fac in chain:
         if fac is None:
-            step = _naive_step(W_A, W_B, rtol_of(None))
-            if step is None:
-                return None
-            R, filled = step
-            if filled:
-                used.append((label, filled))
+            R, filled, unmapped = _naive_step(W_A, W_B, tol_of(None, 1.0))
+            used += [(label, filled)] * bool(filled) + [(UNMAPPED, unmapped)] * bool(unmapped)
             if R.rank * (d_a + d_b) >= d_a * d_b:  # the correction is no smaller than the matrix: keep the matrix
                 return R.dense(), r, s, used
             return R, r, s, used
         G_A, G_B = fac
-        scale = _fro_cross(G_A, G_B)
+        scale = cross_norm(G_A, G_B)
         if scale == 0 or W_A.shape[1] >= d_a:
             continue
         U2, s2, V2 = _svd_of_factors(_project_out(G_A, W_A), _project_out(G_B, W_B))
-        r2 = int((s2 > rtol_of(label) * scale).sum())
-        r2 = min(r2, d_a - W_A.shape[1])
+        r2 = min(int((s2 > tol_of(label, scale)).sum()), d_a - W_A.shape[1])
         if r2:
             W_A, W_B = torch.cat([W_A, U2[:, :r2]], 1), torch.cat([W_B, V2[:, :r2]], 1)
             used.append((label, r2))
-    return None  # a chain without the pad/truncate map: the dense path's arbitrary completion
+    raise ValueError("factored_solve: the completion chain must end with the pad/truncate map (None)")
