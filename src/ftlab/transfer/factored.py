@@ -175,9 +175,9 @@ def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, ran
     """
     d_a, d_b = F_A.shape[1], F_B.shape[1]
     if d_a > d_b:  # a narrower target: solve the transposed problem
-        R_t, rank, sv, used = factored_solve(F_B, F_A, [(lab, None if f is None else (f[1], f[0])) for lab, f in chain],
-                                             rank_tol=rank_tol, n_max=n_max, tol_of=tol_of)
-        return (R_t.transpose() if isinstance(R_t, LowRankMap) else R_t.T), rank, sv, used
+        R_t, rank, sv, used_t = factored_solve(F_B, F_A, [(lab, None if f is None else (f[1], f[0])) for lab, f in chain],
+                                               rank_tol=rank_tol, n_max=n_max, tol_of=tol_of)
+        return (R_t.transpose() if isinstance(R_t, LowRankMap) else R_t.T), rank, sv, used_t
     U, s, V = _svd_of_factors(F_A, F_B)
     r = int((s > s[0] * rank_tol).sum()) if s.numel() and float(s[0]) > 0 else 0
     r = min(r, n_max)
