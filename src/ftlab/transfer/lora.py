@@ -264,8 +264,11 @@ def _lora_tensors(name: str, kind: str, B: torch.Tensor, A: torch.Tensor, mod: n
 
 
 def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *, max_rank: int | None = None,
-               rtol: float | None = None, base_name: str | None = None) -> dict:
+               rtol: float | None = None, base_name: str | None = None, saved: tuple[str, ...] = ()) -> dict:
     """Write ``tau`` (keyed by the target's names) into ``folder`` as a PEFT LoRA adapter for ``target``.
+
+    ``saved``: modules written whole (``modules_to_save``, ``base + delta``) even where a LoRA could hold their
+    delta, e.g. a new task head (:mod:`ftlab.transfer.heads`), whose values must not depend on the target's own.
 
     Returns the per-module report ``{"modules": {name: {"rank", "truncation_error"}}, "modules_to_save": [...]}``.
     ``folder`` must exist (the caller stages it); files are ``adapter_config.json`` and
@@ -277,8 +280,8 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
     base = target.state_dict()
     by_module: dict[str, dict[str, torch.Tensor]] = {}
     for key, t in tau.items():
-        if torch.count_nonzero(t):
-            mod, _, attr = key.rpartition(".")
+        mod, _, attr = key.rpartition(".")
+        if torch.count_nonzero(t) or mod in saved:
             by_module.setdefault(mod, {})[attr] = t
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
@@ -287,7 +290,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
     lora_bias = False
     for name, deltas in by_module.items():
         mod = mods.get(name)
-        layout = None if mod is None or set(deltas) - {"weight", "bias"} or "weight" not in deltas else \
+        layout = None if mod is None or name in saved or set(deltas) - {"weight", "bias"} or "weight" not in deltas else \
             _lora_layout(mod, deltas["weight"])
         if layout is None:
             prefix = f"{name}." if name else ""
