@@ -66,7 +66,8 @@ from torch import nn
 from ftlab.transfer.batches import default_forward
 from ftlab.transfer.task_vector import TaskVector
 
-__all__ = ["HEAD_RULES", "HeadRule", "NewHeads", "batch_labels", "find_new_heads", "fit_linear_head"]
+__all__ = ["HEAD_RULES", "HeadRule", "NewHeads", "batch_labels", "find_new_heads", "fit_linear_head", "head_params",
+           "installed", "layer_inputs", "prepare_heads"]
 
 HeadRule = Literal["refit", "carry", "delta"]
 HEAD_RULES: tuple[str, ...] = get_args(HeadRule)
@@ -150,11 +151,12 @@ def find_new_heads(source: nn.Module, target: nn.Module, source_finetuned: Any, 
     """``(target head layers, source head layers)``: the linear layers of the heads that are new in both bases.
 
     ``patterns``: ``TransferOptions.new_heads`` (target module-name globs and ``"auto"``, see the module
-    docstring); ``source_name`` maps a target module name to the source's (the layer map's
-    ``source_name``), used for explicit globs. Raises ``ValueError`` for a glob that names no module of the
-    target.
+    docstring); ``source_name`` maps a target module name to the source's (the layer map's ``source_name``).
+    A glob's source head is the source layers of the same (mapped) names, or else the source's own task heads
+    (outside its base model, ending in ``config.num_labels`` outputs); it may have none (then only ``refit``
+    applies). Raises ``ValueError`` for a glob that names no module of the target.
     """
-    t_mods = dict(target.named_modules())
+    t_mods, s_mods = dict(target.named_modules()), dict(source.named_modules())
     target_layers: list[str] = []
     source_layers: list[str] = []
     for pat in patterns:
@@ -168,17 +170,12 @@ def find_new_heads(source: nn.Module, target: nn.Module, source_finetuned: Any, 
         hits = [n for n in t_mods if n and fnmatch.fnmatchcase(n, pat)]
         if not hits:
             raise ValueError(f"new_heads: {pat!r} names no module of the target")
-        for n in hits:
-            lin = _linears(target, n)
-            target_layers += lin
-            if source_name is not None:
-                s_mods = dict(source.named_modules())
-                source_layers += [s for s in (source_name(x) for x in lin) if s is not None and s in s_mods]
+        lin = [x for n in hits for x in _linears(target, n)]
+        target_layers += lin
+        mapped = [s for s in (source_name(x) if source_name is not None else x for x in lin) if s in s_mods]
+        source_layers += mapped if mapped else _task_heads(source, None)
     dedup = lambda xs: list(dict.fromkeys(xs))  # noqa: E731
-    target_layers, source_layers = dedup(target_layers), dedup(source_layers)
-    if target_layers and not source_layers:
-        raise ValueError(f"new_heads: the target head {target_layers[0]!r} has no counterpart in the source")
-    return target_layers, source_layers
+    return dedup(target_layers), dedup(source_layers)
 
 
 def head_params(model: nn.Module, layers: Sequence[str]) -> list[str]:
@@ -203,8 +200,9 @@ def batch_labels(batch) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def _rows(model: nn.Module, layer: str, batches: Iterable) -> list[torch.Tensor]:
-    """The input of ``layer`` per batch (float64, detached), from a forward pass of ``model`` in eval mode."""
+def layer_inputs(model: nn.Module, layer: str, batches: Iterable) -> list[torch.Tensor]:
+    """The input of module ``layer`` per batch (float64, detached), from a forward pass of ``model`` in eval mode
+    (``model(**batch)`` without labels for a mapping, ``model(batch[0])`` for a tuple)."""
     from ftlab.core.modes import module_mode
 
     mod = dict(model.named_modules())[layer]
@@ -276,7 +274,8 @@ def fit_linear_head(X: torch.Tensor, y: torch.Tensor, n_out: int, *, grid: Seque
     Integer labels (``0 .. n_out - 1``): L2-regularised multinomial logistic regression; float labels ``(n,)``
     or ``(n, n_out)``: ridge regression. Rows are centred and scaled by one scalar (unit mean row norm) and
     the penalty (mean loss + ``lambda / 2 ||W||^2``) is chosen from ``grid`` by ``5``-fold cross-validation
-    of the held-out loss (folds drawn by ``seed``); the centring and scale are folded back, so the result
+    of the held-out loss (folds drawn by ``seed``; a grid of one value is used as it is; below 10 rows,
+    ``1e-2``); the centring and scale are folded back, so the result
     applies to raw rows. Returns ``(W, b, record)`` with the chosen ``lambda`` and the per-``lambda`` losses.
     Raises ``ValueError`` for labels outside ``0 .. n_out - 1``.
     """
@@ -311,7 +310,7 @@ def fit_linear_head(X: torch.Tensor, y: torch.Tensor, n_out: int, *, grid: Seque
             losses[float(lam)] = total / n
         lam = min(losses, key=lambda k: (losses[k], k))
     else:
-        lam = 1e-2
+        lam = float(grid[0]) if len(grid) == 1 else 1e-2
     W, b = _fit_at(Z, Y, lam, classify, n_out)
     W_raw = W / scale
     return W_raw, b - W_raw @ mu, {"lambda": lam, "cv_loss": losses, "rows": n}
@@ -333,7 +332,7 @@ def _set_linear(mod: nn.Module, W: torch.Tensor, b: torch.Tensor | None) -> None
 def _weight(mod: nn.Module) -> torch.Tensor:
     w = _param(mod, "weight")
     assert w is not None
-    W = w.detach().double()
+    W = w.detach().double().clone()  # a copy: read while a value is installed, used after it is restored
     return W.T if type(mod).__name__ == "Conv1D" else W
 
 
@@ -375,7 +374,7 @@ class NewHeads:
             assert self.carried is not None
             _set_linear(mods[self.output], *self.carried)
             return {"rule": "carry"}
-        rows = _rows(model, self.output, self.batches)
+        rows = layer_inputs(model, self.output, self.batches)
         got = _labelled_rows(rows, [batch_labels(b) for b in self.batches])
         assert got is not None, "refit was chosen only with labelled rows"
         W, b, rec = fit_linear_head(got[0], got[1], _out_dim(mods[self.output]))
@@ -422,7 +421,7 @@ def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVe
     before = {k: v.detach().clone() for k, v in target.named_parameters() if k in set(head_params(target, t_layers))}
     try:
         heads._fix_inner(target)
-        rows_b = _rows(target, heads.output, tgt_batches)
+        rows_b = layer_inputs(target, heads.output, tgt_batches)
         labelled = _labelled_rows(rows_b, labels)
         heads.used = rule
         if rule == "refit" and labelled is None:
@@ -456,10 +455,10 @@ def _carry(source: nn.Module, s_layers: Sequence[str], src_vals: Mapping[str, to
     if len(s_layers) != 1:
         raise ValueError(f"heads='carry' needs a source head of one linear layer, got {list(s_layers)} (use heads='refit')")
     with installed(source, src_vals):
-        rows_a = _rows(source, s_layers[0], [ba for ba, _ in pairs])
+        rows_a = layer_inputs(source, s_layers[0], [ba for ba, _ in pairs])
         W_a = _weight(dict(source.named_modules())[s_layers[0]])
         b_mod = getattr(dict(source.named_modules())[s_layers[0]], "bias", None)
-        b_a = b_mod.detach().double() if b_mod is not None else torch.zeros(W_a.shape[0], dtype=torch.float64)
+        b_a = b_mod.detach().double().clone() if b_mod is not None else torch.zeros(W_a.shape[0], dtype=torch.float64)
     if W_a.shape[0] != _out_dim(out_mod):
         raise ValueError(f"heads='carry': the source head has {W_a.shape[0]} outputs, the target's {_out_dim(out_mod)}")
     stats = CrossMoments(rows_a[0].shape[-1], rows_b[0].shape[-1])

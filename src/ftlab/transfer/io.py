@@ -141,7 +141,7 @@ def _read_config(folder: Path, role: str, trust_remote_code: bool) -> None:
                          "does not run a model folder's code unless told to (--trust-remote-code, which runs it)")
 
 
-def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool):
+def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool, num_labels: int | None = None):
     _read_config(folder, role, trust_remote_code)
     import transformers
 
@@ -154,6 +154,8 @@ def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool):
     with blame(f"{role}: reading {folder}/config.json"):
         config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code,
                                                          local_files_only=True)
+    if num_labels is not None:
+        config.num_labels = num_labels
     with blame(f"{role}: building {hf_class} from {folder}/config.json"):
         if hf_class.startswith("Auto"):
             return cls.from_config(config, trust_remote_code=trust_remote_code)
@@ -227,7 +229,8 @@ def _on_meta(model: torch.nn.Module) -> list[str]:
 
 
 def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str = "AutoModel", role: str,
-               trust_remote_code: bool = False, report: dict | None = None) -> torch.nn.Module:
+               trust_remote_code: bool = False, report: dict | None = None, num_labels: int | None = None
+               ) -> torch.nn.Module:
     """A model for ``checkpoint`` in eval mode: its architecture, then its weights.
 
     arch : a Hugging Face config folder, a ``module:function`` / ``file.py:function`` factory returning
@@ -237,6 +240,8 @@ def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str
         ``--<word>-arch`` option in the hint for a missing architecture).
     trust_remote_code : run the Python code a config folder names (``auto_map``); off by default, and
         such a folder is then refused (see the module docstring).
+    num_labels : the number of labels of a Hugging Face task class built from a config folder (replacing the
+        config's; for a base folder, whose config.json names none).
     report : a dict that receives what loading a Hugging Face checkpoint into another class of the same model
         did (:func:`hf_checkpoint_keys`: ``prefix`` added or stripped, ``fresh`` head parameters the model
         initialised itself, ``dropped`` checkpoint keys it has no place for).
@@ -257,7 +262,7 @@ def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str
             flag = f"--{role.split()[0]}-arch"
             raise ValueError(f"{role}: {checkpoint!r} is not a Hugging Face folder; give its architecture with {flag}")
     if Path(arch).is_dir():
-        model = _hf_model(Path(arch), hf_class, role, trust_remote_code)
+        model = _hf_model(Path(arch), hf_class, role, trust_remote_code, num_labels)
     else:
         factory = load_callable(arch, f"{role} architecture")
         with blame(f"{role}: architecture factory {arch}"):
