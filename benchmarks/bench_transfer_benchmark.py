@@ -198,10 +198,13 @@ def from_store(store: Path, *, wall_min: float | None) -> None:
     from ftlab.experiments.transfer_accuracy.records import read_records, write_records
     from ftlab.experiments.transfer_accuracy.run import full_config
 
-    done = read_store(store)
+    planned = full_config().points()
+    keys = {(p["kind"], p["pair"], p["task"], p["seed"]) for p in planned}
+    done = {k: e for k, e in read_store(store).items()
+            if (e["point"]["kind"], e["point"]["pair"], e["point"]["task"], e["point"]["seed"]) in keys}
     rows = [{**{k: v for k, v in e["point"].items() if k not in ("config", "cache", "pair", "kind")}, **r}
             for e in done.values() for r in e["records"]]
-    total = len(full_config().points())
+    total = len(planned)
     write_records(pd.DataFrame(rows), RECORDS)
     label = "full run" if len(done) >= total else f"partial full run: {len(done)} of {total} points"
     regenerate(read_records(RECORDS), wall_min=wall_min, label=label)

@@ -75,14 +75,24 @@ class Killed(BaseException):
 
 
 class FaultInjector:
-    """Wrap the ``os`` file operations: count them, and fail the k-th (``mode="error"``) or every one from
+    """Wrap the ``os`` file operations: count them, and fail the k-th (``mode="error"``), every one from
     the k-th on (``mode="kill"``, except the lock file's removal and release, which the kernel does for a
-    killed process). ``log`` lists ``(operation, paths)`` in order."""
+    killed process), or every write of data from the k-th on (``mode="full"``: a disk with no byte left,
+    where names can still be created, renamed and removed but nothing can be written into a file).
+    ``log`` lists ``(operation, paths)`` in order."""
 
     def __init__(self, monkeypatch, k: int | None, mode: str):
         self.k, self.mode, self.n, self.log = k, mode, 0, []
         for name in FAULT_OPS:
             monkeypatch.setattr(os, name, self._wrap(name, getattr(os, name)))
+
+    def _fails(self, name: str, args: tuple, kw: dict) -> bool:
+        if self.k is None or self.n < self.k:
+            return False
+        if self.mode == "full":  # data is written by pwrite and through files opened for writing
+            mode = str(args[1] if len(args) > 1 else kw.get("mode", "r"))
+            return name == "pwrite" or (name == "fdopen" and any(c in mode for c in "wa+"))
+        return self.n == self.k or self.mode == "kill"
 
     def _wrap(self, name, real):
         def op(*args, **kw):
@@ -90,7 +100,7 @@ class FaultInjector:
                 return real(*args, **kw)
             self.n += 1
             self.log.append((name, " -> ".join(map(str, args[:2]))))
-            if self.k is not None and (self.n == self.k or (self.mode == "kill" and self.n > self.k)):
+            if self._fails(name, args, kw):
                 if self.mode == "kill":
                     raise Killed(f"killed at {name}")
                 raise OSError(errno.ENOSPC, "No space left on device", str(args[0]) if args else None)

@@ -174,3 +174,24 @@ def test_a_failed_deep_rerun_keeps_the_earlier_deep_section(tmp_path, monkeypatc
     assert "earlier complete section is kept" in err[0]
     assert _snapshot(out) == before  # the earlier claims, tables and figures, not the rerun's claims beside them
     assert "did not finish" in (out / "report.md").read_text()
+
+
+def test_a_full_disk_prints_no_report_and_leaves_the_folder_as_it_was(complete, tmp_path, monkeypatch, capsys, faults):
+    """No byte left on the disk: one line on stderr, nothing on stdout (no report was written), and the output
+    folder exactly as before (no lock file left in it); a new --out folder is not left behind either."""
+    before = sorted(p.relative_to(complete).as_posix() for p in complete.rglob("*"))
+    report = (complete / "report.md").read_bytes()
+    for out in (complete, tmp_path / "fresh"):
+        monkeypatch.setattr(R, "_load", lambda name: _section("2"))
+        with monkeypatch.context() as m:
+            faults.Injector(m, 1, "full")
+            code = 0
+            try:
+                M.main(["reproduce", "dln", "--out", str(out)])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+        got = capsys.readouterr()
+        assert code == 2 and got.out == "" and got.err.splitlines() == [
+            f"ftlab: error: No space left on device: {out / '.ftlab.lock'}"], got
+    assert sorted(p.relative_to(complete).as_posix() for p in complete.rglob("*")) == before
+    assert (complete / "report.md").read_bytes() == report and not (tmp_path / "fresh").exists()

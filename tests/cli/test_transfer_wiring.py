@@ -193,9 +193,52 @@ def test_a_useless_transfer_is_warned_before_writing_and_still_written(plain, ca
     assert diag["predicts_below_probe"] is True and diag["estimate"] == pytest.approx(rule["estimate"], rel=1e-9)
 
 
-def test_a_method_without_maps_records_no_diagnostic_and_transfusion_binds_the_loaded_bases(plain, capsys):
+def test_a_method_without_maps_records_no_diagnostic_and_transfusion_reads_both_loaded_bases(plain, capsys):
     extra = _permuted_target_and_rows(independent_target_rows=False)
     code, err = _cli(capsys, "transfer", *plain, *extra, "--method", "transfusion", "--out", "out")
     assert code == 0 and err == [], err
     assert json.loads(Path("out/report.json").read_text())["diagnostic"] is None
     assert _error_to_truth("out") < 1e-6  # the weight matching found B's permutation of A's hidden units
+
+
+def _raw(capsys, *args) -> tuple[int, str, list[str]]:
+    """Exit code, stdout and every stderr line (stage lines included) of one command."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    got = capsys.readouterr()
+    return code, got.out, got.err.splitlines()
+
+
+def test_an_empty_checkpoint_is_refused_saying_why(plain, capsys):
+    Path("empty.pt").write_bytes(b"")
+    args = list(plain)
+    args[args.index("--source-base") + 1] = "empty.pt"
+    code, out, err = _raw(capsys, "transfer", *args, "--out", "out")
+    assert code == 2 and out == "" and len(err) == 1, err
+    assert "'empty.pt'" in err[0] and err[0].endswith("the file is empty (0 bytes)"), err
+    assert not Path("out").exists()
+
+
+def test_a_pickled_checkpoint_is_refused_in_one_line_before_any_stage(plain, capsys):
+    import os
+
+    torch.save({"0.weight": torch.zeros(6, 4), "hook": os.getcwd}, "pickled.pt")  # a pickle naming code to run
+    args = list(plain)
+    args[args.index("--target-base") + 1] = "pickled.pt"
+    code, out, err = _raw(capsys, "transfer", *args, "--out", "out")
+    assert code == 2 and out == "" and len(err) == 1, err  # no "loading models: started / stopped" around it
+    assert err[0].startswith("ftlab: error: refusing to unpickle 'pickled.pt'"), err
+    assert not Path("out").exists()
+
+
+def test_a_transfer_to_a_full_disk_leaves_no_output_folder(plain, capsys, monkeypatch, faults):
+    """No byte left on the disk (names can be made, nothing written into a file): refused in one line, and the
+    --out folder the run created is gone again, lock file included."""
+    with monkeypatch.context() as m:
+        faults.Injector(m, 1, "full")
+        code, out, err = _raw(capsys, "transfer", *plain, "--out", "out")
+    assert code == 2 and out == "" and len(err) == 1 and "No space left on device" in err[0], err
+    assert not Path("out").exists()

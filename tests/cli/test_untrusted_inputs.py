@@ -177,3 +177,15 @@ def test_calibration_files_and_factories(tmp_path):
                                             r"\(at .*f\.py:3, in batches\)"):
         load_batches(f"{tmp_path}/f.py:batches", 4)
     assert load_batches(f"{tmp_path}/f.py:forever", 4, 3) == [0, 0, 0]  # an endless factory, cut at max_batches
+
+
+@pytest.mark.parametrize("name", ["empty.pt", "empty.safetensors"])
+def test_an_empty_checkpoint_is_named_with_a_reason(tmp_path, name):
+    from ftlab.transfer.io import check_checkpoint
+
+    (tmp_path / name).write_bytes(b"")
+    for read in (load_state_dict, check_checkpoint):
+        with pytest.raises(ValueError) as err:
+            read(tmp_path / name)
+        msg = str(err.value)
+        assert name in msg and "\n" not in msg and not msg.rstrip().endswith(":"), msg

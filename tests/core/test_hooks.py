@@ -30,18 +30,23 @@ def test_linear_weight_gradient_equals_sum_of_outer_products():
         torch.testing.assert_close(G.sum(0), model.get_submodule(name).bias.grad, rtol=1e-5, atol=1e-5)
 
 
-def test_conv_gradient_from_unfolded_patches():
-    from ftlab.transfer.align import to_tokens
-
-    torch.manual_seed(1)
+def rows(cap, model, side):
+    """The rows of the root module's captured input (``side="in"``) or output gradient, as its layer kind forms them."""
     from ftlab.transfer.spec import infer_spec
 
+    point = infer_spec(model).points[""]
+    t = (cap.inputs if side == "in" else cap.output_grads)[""][0]
+    return point.layer_kind.rows(t, point, side)
+
+
+def test_conv_gradient_from_unfolded_patches():
+    torch.manual_seed(1)
     conv = nn.Conv2d(3, 4, 3, padding=1, stride=2).double()
     x = torch.randn(2, 3, 7, 7, dtype=torch.float64)
     with capture(conv) as cap:
         cap.backward(conv(x).sin().sum())
-    X, grid = to_tokens(cap.inputs[""][0], "conv2d", side="in", conv=infer_spec(conv).points[""].conv)
-    G, grid_out = to_tokens(cap.output_grads[""][0], "conv2d", side="out")
+    X, grid = rows(cap, conv, "in")
+    G, grid_out = rows(cap, conv, "out")
     assert grid == grid_out == (4, 4)
     conv(x).sin().sum().backward()
     dW = G.reshape(-1, 4).T @ X.reshape(-1, 27)
@@ -50,8 +55,8 @@ def test_conv_gradient_from_unfolded_patches():
     same = nn.Conv2d(3, 4, 3, padding="same", dilation=2).double()
     with capture(same) as cap:
         cap.backward(same(x).sin().sum())
-    X, _ = to_tokens(cap.inputs[""][0], "conv2d", side="in", conv=infer_spec(same).points[""].conv)
-    G, _ = to_tokens(cap.output_grads[""][0], "conv2d", side="out")
+    X, _ = rows(cap, same, "in")
+    G, _ = rows(cap, same, "out")
     same(x).sin().sum().backward()
     torch.testing.assert_close(G.reshape(-1, 4).T @ X.reshape(-1, 27), same.weight.grad.reshape(4, -1))
 

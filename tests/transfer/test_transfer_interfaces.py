@@ -10,7 +10,16 @@ import pytest
 import torch
 from torch import nn
 
-from ftlab.transfer import Method, TransferOptions, fit_transfer, get_method, list_methods, split_options, transfer
+from ftlab.transfer import (
+    Method,
+    TaskVector,
+    TransferOptions,
+    fit_transfer,
+    get_method,
+    list_methods,
+    split_options,
+    transfer,
+)
 from ftlab.transfer.spec import Rule
 
 pytestmark = pytest.mark.filterwarnings("ignore::ftlab.transfer.align.RankWarning")
@@ -48,6 +57,21 @@ def test_every_registered_method_satisfies_the_protocol_with_frozen_validated_op
             get_method(info.name, nope=1)
     with pytest.raises(ValueError, match="whiten_p=0.9"):
         get_method("bico", whiten_p=0.9)
+
+
+def test_every_registered_method_runs_through_transfer_by_its_name_alone():
+    """One door: each method gets what it declares it reads (statistics, target gradients, both bases) from
+    transfer() itself; the caller names the method and nothing else."""
+    a, ft, batches = _pair()
+    b = copy.deepcopy(a)
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    names = set(TaskVector.from_models(b, b))
+    for info in list_methods():
+        tv = transfer(a, ft, b, batches, _loss, method=info.name)
+        assert set(tv) == names and all(torch.isfinite(v).all() for v in tv.values()), info.name
+        assert tv.norm() > 0, info.name
 
 
 def test_the_paper_ablations_fit_one_side_only():

@@ -10,7 +10,7 @@ from torch import nn
 
 from ftlab.experiments.transfer_accuracy.family import permuted_copy
 from ftlab.models.vit import ViT, ViTConfig
-from ftlab.transfer import TaskVector, fit_transfer, get_method
+from ftlab.transfer import TaskVector, fit_transfer, get_method, transfer
 from ftlab.transfer.methods import method_info
 from ftlab.transfer.methods.transfusion import PermutationSpec, infer_permutation_spec, match_weights
 
@@ -110,14 +110,25 @@ def test_sequential_mlp_with_norm_is_recovered():
         assert torch.allclose(res.task_vector.apply(b, 1.0)(x), a_ft(x), atol=1e-6)
 
 
-def test_unbound_unequal_and_unknown_models_are_refused():
+def test_transfusion_goes_through_the_same_door_as_every_method():
+    """No binding by the caller: fit_transfer and transfer hand the method both bases, as it declares
+    (calibration="bases"); a method bound ahead gives the same permutation."""
     a = _vit()
-    with pytest.raises(ValueError, match="bind"):
-        fit_transfer(a, _finetuned(a), permuted_copy(a, 1), method="transfusion")
+    a_ft = _finetuned(a)
+    b = permuted_copy(a, seed=7)
+    expected = TaskVector.from_models(b, permuted_copy(a_ft, seed=7))
+    assert get_method("transfusion").calibration == "bases"
+    for tv in (fit_transfer(a, a_ft, b, method="transfusion").task_vector,
+               transfer(a, a_ft, b, method="transfusion", max_iter=50),
+               fit_transfer(a, a_ft, b, method=get_method("transfusion").bind(a, b)).task_vector):
+        assert set(tv) == set(expected) and all(torch.equal(tv[k], expected[k]) for k in expected)
+
+
+def test_unequal_and_unknown_models_are_refused():
     wide = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     narrow = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
     with pytest.raises(ValueError, match="equal"):
-        fit_transfer(narrow, _finetuned(narrow), wide, method=get_method("transfusion").bind(narrow, wide))
+        fit_transfer(narrow, _finetuned(narrow), wide, method="transfusion")
 
     class Odd(nn.Module):
         def __init__(self):

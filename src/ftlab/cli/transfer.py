@@ -13,6 +13,7 @@ import click
 
 from ftlab.cli.transfer_inputs import (
     calibration_data,
+    check_input_files,
     default_loss,
     num_labels_for,
     with_fresh_heads,
@@ -20,7 +21,7 @@ from ftlab.cli.transfer_inputs import (
 )
 from ftlab.cli.transfer_outputs import BELOW_ADVICE, rank_advice, write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
-from ftlab.transfer.methods import list_methods, method_names, option_help
+from ftlab.transfer.methods import list_methods, method_names, option_help, reads_batches
 from ftlab.transfer.options import TransferOptions, cli_fields, parse_cli_value
 
 
@@ -174,10 +175,7 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output folder (it may not be, contain or lie inside an input).")
 @transfer_options
-def transfer(source_base, source_finetuned, target_base, source_arch, target_arch, hf_class, num_labels, method,
-             method_options,
-             alpha, heal_steps, heal_lr, out_format, lora_rank, options_from, diagnose_only, trust_remote_code, out_dir,
-             loss_ref, **values):
+def transfer(**a):
     """Transfer a task vector from base model A to base model B without training (BiCo, arXiv 2605.28444).
 
     Runs A and B once (forward + backward) over the calibration data, fits per layer an
@@ -221,33 +219,33 @@ def transfer(source_base, source_finetuned, target_base, source_arch, target_arc
     from ftlab.core.validate import check_finite, check_int
     from ftlab.transfer import get_method
 
-    check_finite("alpha", alpha)
-    check_int("heal_steps", heal_steps, 0)
-    check_finite("heal_lr", heal_lr)
+    check_finite("alpha", a["alpha"])
+    check_int("heal_steps", a["heal_steps"], 0)
+    check_finite("heal_lr", a["heal_lr"])
     for name in ("batch_size", "max_batches", "max_length", "max_samples", "lora_rank", "image_size",
                  "target_image_size", "num_labels"):
-        v = values.get(name) if name in values else {"lora_rank": lora_rank, "num_labels": num_labels}.get(name)
-        if v is not None:
-            check_int(name, v, 1)
-    m = get_method(method, **parse_method_options(method_options))  # validate before loading any model
-    opts = build_options(values, options_from)
-    if diagnose_only and m.calibration != "maps":
-        raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {method}")
+        if a.get(name) is not None:
+            check_int(name, a[name], 1)
+    m = get_method(a["method"], **parse_method_options(a["method_options"]))  # validate before loading any model
+    opts = build_options(a, a["options_from"])
+    if a["diagnose_only"] and m.calibration != "maps":
+        raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {a['method']}")
     from ftlab.core.results import check_output_place, output_lock
 
-    check_output_place(out_dir, _input_paths(locals(), values))  # before any work: inputs are never written over
-    with output_lock(out_dir):  # a second run on the same --out is refused, not interleaved
-        _run(locals(), m, opts, values)
+    check_output_place(a["out_dir"], _input_paths(a))  # before any work: inputs are never written over
+    check_input_files([a["source_base"], a["source_finetuned"], a["target_base"]], [a["data"], a["target_data"]])
+    with output_lock(a["out_dir"]):  # a second run on the same --out is refused, not interleaved
+        _run(a, m, opts)
 
 
-def _input_paths(a: dict, values: dict) -> dict[str, str]:
+def _input_paths(a: dict) -> dict[str, str]:
     """The run's inputs that are files or folders (a ``file.py:function`` by its file)."""
     import os
 
     out = {}
     for key in ("source_base", "source_finetuned", "target_base", "source_arch", "target_arch", "data", "target_data",
                 "source_tokenizer", "target_tokenizer", "options_from", "loss_ref"):
-        ref = a.get(key, values.get(key))
+        ref = a.get(key)
         if not isinstance(ref, str):
             continue
         path = ref if os.path.exists(ref) else ref.rpartition(":")[0]
@@ -269,53 +267,34 @@ def _expectation(fit):
     return expectation(fit) if math.isfinite(fit.estimate) else None
 
 
-def _run(a: dict, m, opts, values: dict) -> None:
-    """Load, calibrate and fit, then write (the body of ``ftlab transfer``)."""
-    import torch
-
+def _run(a: dict, m, opts) -> None:
+    """Load, calibrate and fit, then write (the body of ``ftlab transfer``; ``a`` holds its command line)."""
     from ftlab import __version__
-    from ftlab.core.progress import stage
     from ftlab.transfer import diagnose, fit_transfer
     from ftlab.transfer.batches import CalibrationData
     from ftlab.transfer.heads import heads_summary
-    from ftlab.transfer.heal import HealRecipe
-    from ftlab.transfer.io import load_model
     from ftlab.transfer.lora import is_adapter_folder
 
     t0 = time.perf_counter()
-    adapter = is_adapter_folder(a["source_finetuned"])
-    fmt = a["out_format"] or ("lora" if adapter else "full")
+    fmt = a["out_format"] or ("lora" if is_adapter_folder(a["source_finetuned"]) else "full")
     trust = a["trust_remote_code"]
-    loaded: list[dict] = [{}, {}]  # what loading each base did (a task head it had to initialise)
-    with stage("loading models"):
-        n_a = num_labels_for(a["source_arch"] or a["source_base"], a["num_labels"], values)
-        n_b = num_labels_for(a["target_arch"] or a["target_base"], a["num_labels"], values)
-        A = load_model(a["source_arch"], a["source_base"], hf_class=a["hf_class"], role="source base",
-                       trust_remote_code=trust, report=loaded[0], num_labels=n_a)
-        A_ft = a["source_finetuned"] if adapter else load_model(a["source_arch"], a["source_finetuned"],
-                                                                hf_class=a["hf_class"], role="source finetuned",
-                                                                trust_remote_code=trust, num_labels=n_a)
-        B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
-                       trust_remote_code=trust, report=loaded[1], num_labels=n_b)
-    opts = with_fresh_heads(opts, loaded, B)
-    if callable(getattr(m, "bind", None)):
-        m = m.bind(A, B)  # a method that matches the two bases' weights (transfusion)
-    cal = calibration_data(values, source_folder=a["source_arch"] or a["source_base"],
+    A, A_ft, B, opts = _load_models(a, opts)
+    cal = calibration_data(a, source_folder=a["source_arch"] or a["source_base"],
                            target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
-    if m.calibration is not None and cal is None:
+    if reads_batches(m) and cal is None:
         raise ValueError(f"--method {m.name} needs calibration data: give --data")
     loss = default_loss(a["loss_ref"], A, cal)
-    if m.calibration is not None and m.needs_loss and loss is None:
+    if reads_batches(m) and m.needs_loss and loss is None:
         raise ValueError(f"--method {m.name} fits maps on gradients and needs a loss: give --loss (activation_only runs "
                          "forward passes only)")
     kw = cal.kwargs() if cal is not None else {}
-    opts = with_tokenizer_vocab_map(opts, values, A, B, source_folder=a["source_arch"] or a["source_base"],
+    opts = with_tokenizer_vocab_map(opts, a, A, B, source_folder=a["source_arch"] or a["source_base"],
                                     target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
     if a["heal_steps"] and (fmt != "lora" or loss is None):
         raise ValueError("--heal-steps trains a LoRA adapter on the labelled calibration data: it needs --out-format "
                          "lora and a loss (labels in --data, or --loss)")
     inputs = {"source_base": a["source_base"], "source_finetuned": a["source_finetuned"], "target_base": a["target_base"],
-              "data": values.get("data"), "loss": a["loss_ref"]}
+              "data": a["data"], "loss": a["loss_ref"]}
     out = Path(a["out_dir"])
     if a["diagnose_only"]:
         with warnings.catch_warnings():
@@ -332,7 +311,6 @@ def _run(a: dict, m, opts, values: dict) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)  # every map's note goes into report.json (rank_notes)
         res = fit_transfer(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
-    tv = res.task_vector
     notes = [f.note for pair in res.fits.values() for f in {id(x): x for x in pair if x is not None}.values() if f.note]
     rule = _expectation(res)
     if rule is not None and rule.below:  # said before anything is written; the transfer goes on
@@ -340,35 +318,67 @@ def _run(a: dict, m, opts, values: dict) -> None:
     report = {"ftlab_version": __version__, "inputs": inputs, "alpha": a["alpha"], "out_format": fmt, **res.report(),
               "diagnostic": rule.record() if rule else None, "rank_notes": notes,
               "total_time_s": time.perf_counter() - t0}
-    target_folder = a["target_base"] if Path(a["target_base"]).is_dir() else None
-    if fmt == "lora":
-        heal = (HealRecipe(a["heal_steps"], lr=a["heal_lr"]), [bb for _, bb in CalibrationData(**kw)], loss) \
-            if a["heal_steps"] else None
-        files, lora = write_lora_output(out, result=res, target=B, alpha=a["alpha"], max_rank=a["lora_rank"],
-                                        report=report, target_folder=target_folder, heal=heal)
-        worst = max((mm["truncation_error"] for mm in lora["modules"].values()), default=0.0)
-        extra = f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})" + \
-            (f", healed {a['heal_steps']} steps" if heal else "")
-    else:
-        model = tv.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
-        if res.repair is not None and a["alpha"] != 0:
-            with stage("statistics repair"):
-                repaired = res.repair.apply_(model)
-            report["repair"] = {"mode": res.repair.mode, "alpha": a["alpha"], "layers": repaired}
-            extra_repair = f", {len(repaired)} norm layers' statistics repaired ({res.repair.mode})"
-        else:
-            extra_repair = ""
-        if res.heads is not None:
-            res.heads.apply_(model)
-        bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
-        if bad:
-            raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
-        files, extra = write_full(out, tau=tv, model=model, alpha=a["alpha"], report=report,
-                                  target_folder=target_folder), extra_repair
+    heal_batches = [bb for _, bb in CalibrationData(**kw)] if a["heal_steps"] else []
+    files, extra = _write(a, fmt, res, B, report, (heal_batches, loss))
     click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
-               f"{res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {a['alpha']:g}{extra}; wrote "
-               f"{out}/{', '.join(files)}")
+               f"{res.source_norms['total']:.4g}, ||tau_B|| = {res.task_vector.norm():.4g}, alpha = {a['alpha']:g}"
+               f"{extra}; wrote {out}/{', '.join(files)}")
     if res.heads is not None:
         click.echo(f"ftlab transfer: {heads_summary(res.heads)}", err=True)
     if notes:
         click.echo(f"ftlab transfer: note: {rank_advice(res, opts)}", err=True)
+
+
+def _load_models(a: dict, opts):
+    """``(A, A_ft, B, opts)``: the three models of the command line (A's fine-tune stays a folder when it is a PEFT
+    adapter), and ``opts`` with the task heads the loader had to initialise among the new heads."""
+    from ftlab.core.progress import stage
+    from ftlab.transfer.io import load_model
+    from ftlab.transfer.lora import is_adapter_folder
+
+    trust = a["trust_remote_code"]
+    loaded: list[dict] = [{}, {}]  # what loading each base did (a task head it had to initialise)
+    with stage("loading models"):
+        n_a = num_labels_for(a["source_arch"] or a["source_base"], a["num_labels"], a)
+        n_b = num_labels_for(a["target_arch"] or a["target_base"], a["num_labels"], a)
+        A = load_model(a["source_arch"], a["source_base"], hf_class=a["hf_class"], role="source base",
+                       trust_remote_code=trust, report=loaded[0], num_labels=n_a)
+        A_ft = a["source_finetuned"] if is_adapter_folder(a["source_finetuned"]) else \
+            load_model(a["source_arch"], a["source_finetuned"], hf_class=a["hf_class"], role="source finetuned",
+                       trust_remote_code=trust, num_labels=n_a)
+        B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
+                       trust_remote_code=trust, report=loaded[1], num_labels=n_b)
+    return A, A_ft, B, with_fresh_heads(opts, loaded, B)
+
+
+def _write(a: dict, fmt: str, res, B, report: dict, heal: tuple[list, object]) -> tuple[list[str], str]:
+    """Write ``--out`` in form ``fmt`` (``B`` is changed in place for the full form); returns the file names and
+    the summary's tail. ``heal``: the target's calibration batches and the loss (used with ``--heal-steps``)."""
+    import torch
+
+    from ftlab.core.progress import stage
+    from ftlab.transfer.heal import HealRecipe
+
+    target_folder = a["target_base"] if Path(a["target_base"]).is_dir() else None
+    if fmt == "lora":
+        recipe = (HealRecipe(a["heal_steps"], lr=a["heal_lr"]), heal[0], heal[1]) if a["heal_steps"] else None
+        files, lora = write_lora_output(Path(a["out_dir"]), result=res, target=B, alpha=a["alpha"],
+                                        max_rank=a["lora_rank"], report=report, target_folder=target_folder,
+                                        heal=recipe)
+        worst = max((mm["truncation_error"] for mm in lora["modules"].values()), default=0.0)
+        return files, (f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})"
+                       + (f", healed {a['heal_steps']} steps" if recipe else ""))
+    model = res.task_vector.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
+    extra = ""
+    if res.repair is not None and a["alpha"] != 0:
+        with stage("statistics repair"):
+            repaired = res.repair.apply_(model)
+        report["repair"] = {"mode": res.repair.mode, "alpha": a["alpha"], "layers": repaired}
+        extra = f", {len(repaired)} norm layers' statistics repaired ({res.repair.mode})"
+    if res.heads is not None:
+        res.heads.apply_(model)
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
+    return write_full(Path(a["out_dir"]), tau=res.task_vector, model=model, alpha=a["alpha"], report=report,
+                      target_folder=target_folder), extra

@@ -6,9 +6,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Calibration", "calibration_data", "default_loss", "hf_loss", "logits_loss", "num_labels_for", "parse_floats",
-           "with_fresh_heads",
-           "with_tokenizer_vocab_map"]
+__all__ = ["Calibration", "calibration_data", "check_input_files", "default_loss", "hf_loss", "logits_loss",
+           "num_labels_for", "parse_floats", "with_fresh_heads", "with_tokenizer_vocab_map"]
+
+
+def check_input_files(checkpoints: list[str], data: list[str | None]) -> None:
+    """Refuse, before any work (and any stage line), the checkpoints and calibration tensor files the run would
+    refuse later: missing, empty, pickled or unreadable (one line each, :func:`ftlab.transfer.io.check_checkpoint`).
+    A PEFT adapter folder is checked by its weights file; text tables, image folders and factories are left to
+    their readers."""
+    from ftlab.transfer.io import check_checkpoint
+    from ftlab.transfer.lora import WEIGHTS, is_adapter_folder
+
+    for ref in checkpoints:
+        if is_adapter_folder(ref):
+            found = [Path(ref) / w for w in WEIGHTS if (Path(ref) / w).is_file()]
+            if found:
+                check_checkpoint(found[0])
+        else:
+            check_checkpoint(ref)
+    for item in data:
+        if item is not None and Path(item).suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt"):
+            check_checkpoint(item)
 
 
 def hf_loss(model, batch):

@@ -177,6 +177,46 @@ class Captured:
                             if input_grads else {})
 
 
+def _mha_projections(mha: nn.MultiheadAttention, query, key, value):
+    """``q, k, v`` of ``(B, T, E)`` inputs: the module's in-projections, fused or separate."""
+    if mha._qkv_same_embed_dim:
+        wq, wk, wv = mha.in_proj_weight.chunk(3)
+    else:
+        wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
+    bq, bk, bv = mha.in_proj_bias.chunk(3) if mha.in_proj_bias is not None else (None, None, None)
+    return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+
+
+def _masked(scores: torch.Tensor, attn_mask, key_padding_mask, is_causal: bool) -> torch.Tensor:
+    """Attention scores ``(B, H, T, S)`` with torch's masks applied (boolean: -inf where true; float: added)."""
+    B, H, T, S = scores.shape
+    if attn_mask is None and is_causal:
+        attn_mask = torch.ones(T, S, dtype=torch.bool, device=scores.device).triu(1)
+    if attn_mask is not None and attn_mask.dim() == 3:
+        attn_mask = attn_mask.reshape(B, H, T, S)
+    if key_padding_mask is not None:
+        key_padding_mask = key_padding_mask.reshape(B, 1, 1, S)
+    for m in (attn_mask, key_padding_mask):
+        if m is not None:
+            scores = scores.masked_fill(m, float("-inf")) if m.dtype == torch.bool else scores + m.to(scores.dtype)
+    return scores
+
+
+def _mha_attention(mha: nn.MultiheadAttention, q, k, v, attn_mask, key_padding_mask, is_causal: bool):
+    """Softmax attention of ``(B, T, E)`` projections: the heads' outputs ``(B, T, E)`` and the weights ``(B, H, T, S)``."""
+    E, H = mha.embed_dim, mha.num_heads
+    hd = E // H
+    B, T, S = q.shape[0], q.shape[1], k.shape[1]
+    qh = q.reshape(B, T, H, hd).transpose(1, 2)
+    kh = k.reshape(B, S, H, hd).transpose(1, 2)
+    vh = v.reshape(B, S, H, hd).transpose(1, 2)
+    attn = torch.softmax(_masked(qh @ kh.transpose(-2, -1) / math.sqrt(hd), attn_mask, key_padding_mask, is_causal),
+                         dim=-1)
+    if mha.training and mha.dropout > 0:
+        attn = F.dropout(attn, p=mha.dropout)
+    return (attn @ vh).transpose(1, 2).reshape(B, T, E), attn
+
+
 def _mha_forward(cap: Captured, name: str):
     """A decomposed forward for an ``nn.MultiheadAttention``, numerically equal to torch's."""
 
@@ -191,46 +231,17 @@ def _mha_forward(cap: Captured, name: str):
                 key_padding_mask = key_padding_mask.unsqueeze(0)
         if not self.batch_first:  # to (B, T, E)
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
-        E, H = self.embed_dim, self.num_heads
-        hd = E // H
-        if self._qkv_same_embed_dim:
-            wq, wk, wv = self.in_proj_weight.chunk(3)
-        else:
-            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        bq, bk, bv = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
-        q, k, v = F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        q, k, v = _mha_projections(self, query, key, value)
         for part, inp, out in (("q", query, q), ("k", key, k), ("v", value, v)):
             cap._record(f"{name}.{part}", inp, out)
-        B, T, S = q.shape[0], q.shape[1], k.shape[1]
-        qh = q.reshape(B, T, H, hd).transpose(1, 2)
-        kh = k.reshape(B, S, H, hd).transpose(1, 2)
-        vh = v.reshape(B, S, H, hd).transpose(1, 2)
-        scores = qh @ kh.transpose(-2, -1) / math.sqrt(hd)
-        if attn_mask is None and is_causal:
-            attn_mask = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
-        for m, shape in ((attn_mask, None), (key_padding_mask, (B, 1, 1, S))):
-            if m is None:
-                continue
-            if shape is None:
-                m = m.reshape(B, H, T, S) if m.dim() == 3 else m
-            else:
-                m = m.reshape(shape)
-            scores = scores.masked_fill(m, float("-inf")) if m.dtype == torch.bool else scores + m.to(scores.dtype)
-        attn = torch.softmax(scores, dim=-1)
-        if self.training and self.dropout > 0:
-            attn = F.dropout(attn, p=self.dropout)
-        o = (attn @ vh).transpose(1, 2).reshape(B, T, E)
+        o, attn = _mha_attention(self, q, k, v, attn_mask, key_padding_mask, is_causal)
         out = F.linear(o, self.out_proj.weight, self.out_proj.bias)
         cap._record(f"{name}.out_proj", o, out)
-        if not self.batch_first:
-            out = out.transpose(0, 1)
+        out = out if self.batch_first else out.transpose(0, 1)
+        weights = (attn.mean(1) if average_attn_weights else attn) if need_weights else None
         if unbatched:
             out = out.squeeze(1)
-        weights = None
-        if need_weights:
-            weights = attn.mean(1) if average_attn_weights else attn
-            if unbatched:
-                weights = weights.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
         return out, weights
 
     return forward

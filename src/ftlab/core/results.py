@@ -365,7 +365,9 @@ def _lock_fd(fd: int, lock: Path, place: Path, out: Path) -> bool:
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-    except OSError as exc:
+    except OSError as exc:  # e.g. a full disk: the file is ours (we hold its lock), so it goes, with its folder if new
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
         raise _named(exc, lock) from None
     return True
 

@@ -378,6 +378,75 @@ def _trace(model: nn.Module) -> fx.GraphModule:
                          "model without data-dependent control flow") from None
 
 
+def _check_units(model: nn.Module, an: _Analysis, scale: float) -> None:
+    """Refuse a network whose units cannot take their own factors: none or one on every path, a parameter shared by
+    two units, or (for ``scale != 1``) an output that depends on no unit."""
+    if not an.units:
+        raise ValueError(f"{type(model).__name__} has no weighted layer (Linear, Conv, Embedding or parameter "
+                         "product): nothing to rebalance")
+    seen: dict[int, str] = {}
+    for u in an.units:
+        for pn in (u.weight, u.bias):
+            if pn is None:
+                continue
+            key = id(an.params[pn])
+            if key in seen and seen[key] != pn:
+                raise ValueError(f"rebalance_ cannot rescale {type(model).__name__}: parameter {pn} is shared with "
+                                 f"{seen[key]}, so the two units cannot take different factors")
+            seen[key] = pn
+    if max(u.depth for u in an.units) < 2:
+        raise ValueError(f"{type(model).__name__} has a single weighted layer on every path: a rebalance needs at "
+                         "least two")
+    if scale != 1.0 and any(not o for o in an.outputs):
+        raise ValueError(f"an output of {type(model).__name__} depends on no weighted layer (e.g. after a "
+                         "normalization): its scale cannot be changed")
+
+
+def _log_factors(an: _Analysis, target: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
+    """The log factors closest to ``target`` whose sums along every path are ``log(scale)`` (0 for the internal
+    constraints), and the largest constraint residual."""
+    rows = an.constraints + [o for o in an.outputs if o]
+    rhs = np.array([0.0] * len(an.constraints) + [math.log(scale)] * (len(rows) - len(an.constraints)))
+    C = np.zeros((len(rows), len(an.units)))
+    for i, row in enumerate(rows):
+        for k, v in row.items():
+            C[i, k] = v
+    if not rows:
+        return target, 0.0
+    u_log = target + np.linalg.lstsq(C, rhs - C @ target, rcond=None)[0]
+    return u_log, float(np.max(np.abs(C @ u_log - rhs)))
+
+
+def _rescale_(an: _Analysis, u_log: np.ndarray, d: np.ndarray, target: np.ndarray) -> list[UnitFactor]:
+    """Multiply every unit's weight by its factor and biases, hand-added biases and the running statistics of
+    absorbed norm layers by the cumulative factor of their tensor (in place); one record per unit."""
+    def cumulative(vec: Vec) -> float:
+        return math.exp(sum(v * u_log[k] for k, v in vec.items()))
+
+    records = []
+    for j, unit in enumerate(an.units):
+        f = math.exp(u_log[j])
+        an.params[unit.weight].mul_(f)
+        bf = math.nan
+        if unit.bias is not None:
+            bf = cumulative(unit.out or {})
+            an.params[unit.bias].mul_(bf)
+        normed = j in an.normalized
+        records.append(UnitFactor(unit.name, float(d[j]), math.exp(target[j]), f, bf, normed,
+                                  1.0 / (f * f) if normed else math.nan))
+    for pname, vec in an.bias_like:
+        an.params[pname].mul_(cumulative(vec))
+    for mname, vec in an.norm_inputs:
+        mod = an.modules[mname]
+        s = cumulative(vec)
+        mean, var = getattr(mod, "running_mean", None), getattr(mod, "running_var", None)
+        if isinstance(mean, torch.Tensor):
+            mean.mul_(s)
+        if isinstance(var, torch.Tensor):
+            var.mul_(s * s)
+    return records
+
+
 def rebalance_(model: nn.Module, kappa: float = 1.0, *, scale: float = 1.0,
                normalization: Normalization = "refuse") -> RebalanceRecord:
     """Move weight norm between early and late layers (in place) keeping the function, or scaling it.
@@ -403,69 +472,16 @@ def rebalance_(model: nn.Module, kappa: float = 1.0, *, scale: float = 1.0,
     check_positive("kappa", kappa)
     check_positive("scale", scale)
     check_choice("normalization", normalization, ("refuse", "absorb"))
-    gm = _trace(model)
-    an = _Analysis(model, gm, normalization)
+    an = _Analysis(model, _trace(model), normalization)
     an.run()
-    if not an.units:
-        raise ValueError(f"{type(model).__name__} has no weighted layer (Linear, Conv, Embedding or parameter "
-                         "product): nothing to rebalance")
-    seen: dict[int, str] = {}
-    for u in an.units:
-        for pn in (u.weight, u.bias):
-            if pn is None:
-                continue
-            key = id(an.params[pn])
-            if key in seen and seen[key] != pn:
-                raise ValueError(f"rebalance_ cannot rescale {type(model).__name__}: parameter {pn} is shared with "
-                                 f"{seen[key]}, so the two units cannot take different factors")
-            seen[key] = pn
-    U = len(an.units)
+    _check_units(model, an, scale)
     deepest = max(u.depth for u in an.units)
-    if deepest < 2:
-        raise ValueError(f"{type(model).__name__} has a single weighted layer on every path: a rebalance needs at "
-                         "least two")
-    if scale != 1.0 and any(not o for o in an.outputs):
-        raise ValueError(f"an output of {type(model).__name__} depends on no weighted layer (e.g. after a "
-                         "normalization): its scale cannot be changed")
     d = np.array([(u.depth - 1) / (deepest - 1) for u in an.units])
     target = math.log(kappa) * (1.0 - 2.0 * d) + math.log(scale) / deepest
-    rows = an.constraints + [o for o in an.outputs if o]
-    rhs = np.array([0.0] * len(an.constraints) + [math.log(scale)] * (len(rows) - len(an.constraints)))
-    C = np.zeros((len(rows), U))
-    for i, row in enumerate(rows):
-        for k, v in row.items():
-            C[i, k] = v
-    u_log, residual = target, 0.0
-    if len(rows):
-        u_log = target + np.linalg.lstsq(C, rhs - C @ target, rcond=None)[0]
-        residual = float(np.max(np.abs(C @ u_log - rhs)))
+    u_log, residual = _log_factors(an, target, scale)
     if residual > 1e-9:
         raise ValueError(f"rebalance_ found no exact factors for {type(model).__name__} (constraint residual "
                          f"{residual:.2e})")
-
-    def cumulative(vec: Vec) -> float:
-        return math.exp(sum(v * u_log[k] for k, v in vec.items()))
-
-    records = []
     with torch.no_grad():
-        for j, unit in enumerate(an.units):
-            f = math.exp(u_log[j])
-            an.params[unit.weight].mul_(f)
-            bf = math.nan
-            if unit.bias is not None:
-                bf = cumulative(unit.out or {})
-                an.params[unit.bias].mul_(bf)
-            normed = j in an.normalized
-            records.append(UnitFactor(unit.name, float(d[j]), math.exp(target[j]), f, bf, normed,
-                                      1.0 / (f * f) if normed else math.nan))
-        for pname, vec in an.bias_like:
-            an.params[pname].mul_(cumulative(vec))
-        for mname, vec in an.norm_inputs:
-            mod = an.modules[mname]
-            s = cumulative(vec)
-            mean, var = getattr(mod, "running_mean", None), getattr(mod, "running_var", None)
-            if isinstance(mean, torch.Tensor):
-                mean.mul_(s)
-            if isinstance(var, torch.Tensor):
-                var.mul_(s * s)
+        records = _rescale_(an, u_log, d, target)
     return RebalanceRecord(float(kappa), float(scale), normalization, tuple(records), residual)

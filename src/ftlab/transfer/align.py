@@ -1,7 +1,5 @@
 """Rows, token alignment and Procrustes maps.
 
-* :func:`to_tokens` turns a captured tensor into ``(B, T, d)`` token rows for a point kind
-  (conv inputs are unfolded into ``in*k*k`` patches).
 * :func:`align_tokens` pairs the token rows of A and B on the same samples (``seq_align``):
   ``identity`` (same token count; padding rows dropped with a mask), ``interpolate`` (A's token
   axis resampled linearly to B's length), ``interpolate2d`` (square patch grids resampled
@@ -48,7 +46,7 @@ from ftlab.core.stats import CrossMoments, RowMoments
 from ftlab.core.validate import check_choice, check_range
 
 __all__ = ["SEQ_ALIGN", "AffineMoments", "MapFit", "RankWarning", "SeqAlign", "SumMoments", "align_tokens", "fit_map",
-           "naive_map", "procrustes", "procrustes_similarity", "to_tokens"]
+           "naive_map", "procrustes", "procrustes_similarity"]
 
 SeqAlign = Literal["identity", "interpolate", "interpolate2d", "mean", "cls"]
 SEQ_ALIGN: tuple[str, ...] = get_args(SeqAlign)
@@ -56,42 +54,6 @@ SEQ_ALIGN: tuple[str, ...] = get_args(SeqAlign)
 
 class RankWarning(UserWarning):
     """The statistics behind a Procrustes map do not determine it on every dimension (rank < width)."""
-
-
-def to_tokens(t: torch.Tensor, kind: str, *, side: str, conv: tuple | None = None, seq_first: bool = False
-              ) -> tuple[torch.Tensor, tuple[int, int] | None]:
-    """``(B, T, d)`` rows of a captured tensor and, for conv maps, the ``(H, W)`` grid.
-
-    ``side`` is ``"in"`` or ``"out"``; ``kind`` a :class:`~ftlab.transfer.spec.Point` kind.
-    ``seq_first`` marks ``(T, B, d)`` tensors of linear/norm points (``batch_first=False`` models).
-    """
-    t = t.detach()
-    if kind == "depthwise":
-        if t.ndim != 4:
-            raise ValueError(f"depthwise point got a tensor of shape {tuple(t.shape)}: expected (B, C, H, W)")
-        return t.flatten(2).transpose(1, 2), (t.shape[2], t.shape[3])
-    if kind == "conv2d":
-        if t.ndim != 4:
-            raise ValueError(f"conv2d point got a tensor of shape {tuple(t.shape)}: expected (B, C, H, W)")
-        if side == "in":
-            if conv is None:
-                raise ValueError("a conv2d input point needs its (kernel, stride, padding, dilation)")
-            k, s, p, d = conv
-            cols = F.unfold(t, k, dilation=d, padding=p, stride=s)  # (B, C*k*k, L)
-            h = (t.shape[2] + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-            w = (t.shape[3] + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
-            return cols.transpose(1, 2), (h, w)
-        return t.flatten(2).transpose(1, 2), (t.shape[2], t.shape[3])
-    if kind == "norm2d" and t.ndim >= 3:
-        grid = (t.shape[2], t.shape[3]) if t.ndim == 4 else None
-        return t.flatten(2).transpose(1, 2), grid
-    if t.ndim == 1:
-        return t.reshape(1, 1, -1), None
-    if t.ndim == 2:
-        return t.unsqueeze(1), None  # (B, d): one row per sample
-    if seq_first:
-        t = t.transpose(0, 1)
-    return t.reshape(t.shape[0], -1, t.shape[-1]), None
 
 
 def _interp1d(x: torch.Tensor, length: int) -> torch.Tensor:

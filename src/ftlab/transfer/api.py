@@ -35,14 +35,15 @@ from ftlab.transfer.automap import automatic_options
 from ftlab.transfer.batches import CalibrationData
 from ftlab.transfer.calibrate import block_output_shapes, collect_map_statistics, collect_target_grads, layer_cka_scores
 from ftlab.transfer.heads import NewHeads, find_new_heads, head_params, installed, prepare_heads
+from ftlab.transfer.kinds import kind_for_module
+from ftlab.transfer.kinds.embedding import vocab_maps
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, paired_stacks
-from ftlab.transfer.methods import FittedTransfer, Method, Statistics, get_method, method_info
+from ftlab.transfer.methods import Bases, FittedTransfer, Method, Statistics, get_method, method_info, reads_batches
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.repair import StatisticsRepair, fit_repair
 from ftlab.transfer.spec import TransportSpec, infer_spec
 from ftlab.transfer.task_vector import TaskVector
-from ftlab.transfer.transport import as_vocab_map
 
 __all__ = ["TransferResult", "fit_transfer", "pair_points", "split_options", "target_entries", "transfer"]
 
@@ -151,9 +152,10 @@ def pair_points(source_spec: TransportSpec, target_spec: TransportSpec, layer_ma
         if sp not in source_spec.points:
             raise ValueError(f"target layer {tp!r} has no counterpart {sp!r} in the source model: "
                              "the architectures do not correspond")
-        if source_spec.points[sp].kind != target_spec.points[tp].kind:
-            raise ValueError(f"target layer {tp!r} ({target_spec.points[tp].kind}) and source layer {sp!r} "
-                             f"({source_spec.points[sp].kind}) are of different kinds")
+        pa, pb = source_spec.points[sp], target_spec.points[tp]
+        if not pa.layer_kind.pairs_with(pb.layer_kind):
+            raise ValueError(f"target layer {tp!r} ({pb.kind}) and source layer {sp!r} ({pa.kind}) are of different "
+                             "kinds")
         pairs[tp] = sp
     return pairs
 
@@ -166,7 +168,7 @@ def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVect
     for pname, rules in spec.rules.items():
         src = lmap.source_name(pname)
         for r in rules:
-            if r.kind == "zero" or r.point not in sq:
+            if not r.carries or r.point not in sq:
                 continue
             sq[r.point][1] += float(fused_block(tau_b[pname], r.part).double().pow(2).sum())
             if src is not None and src in tau_a:
@@ -178,7 +180,7 @@ def _zeroed_norm(spec: TransportSpec, lmap: LayerMap, tau_a: TaskVector) -> floa
     """Norm of the part of ``tau_A`` that B's zeroed parameters would receive (not carried)."""
     sq = 0.0
     for pname, rules in spec.rules.items():
-        if rules and all(r.kind == "zero" for r in rules):
+        if rules and not any(r.carries for r in rules):
             src = lmap.source_name(pname)
             if src is not None and src in tau_a:
                 sq += float(tau_a[src].double().pow(2).sum())
@@ -247,7 +249,7 @@ def _calibration_data(m: Method, opts: TransferOptions, batches, source_batches,
                       ) -> CalibrationData | None:
     """The paired calibration batches, or None when neither the method nor the depth map reads data."""
     if all(b is None for b in (batches, source_batches, target_batches)):
-        if m.calibration is not None:
+        if reads_batches(m):
             raise ValueError(f"batches is None: method {m.name!r} needs calibration batches")
         if opts.depth_map == "cka":
             raise ValueError("depth_map='cka' needs calibration batches")
@@ -275,7 +277,7 @@ def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, op
              ) -> TransferProblem:
     """The transfer problem; with transport specs and point pairs for methods that fit maps."""
     shapes = target_entries(target)
-    vocab = _vocab_maps(opts, source, target, lmap)
+    vocab = vocab_maps(opts.vocab_map, source, target, lmap.source_name)
     if m.calibration != "maps":
         return TransferProblem(lmap, shapes, vocab_maps=vocab)
     specs = [infer_spec(mod, zero_params=opts.zero_params, overrides=ov, norm_gain=opts.norm_gain)
@@ -284,10 +286,14 @@ def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, op
 
 
 def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn.Module], data: CalibrationData | None,
-                loss: Callable | None, opts: TransferOptions) -> tuple[Statistics, int]:
-    """What the method's calibration collects, and the number of batches read."""
+                loss: Callable | None, opts: TransferOptions, bases: Bases) -> tuple[Statistics, int]:
+    """What the method declares it reads (:attr:`~ftlab.transfer.methods.Method.calibration`), collected for it, and
+    the number of batches read. ``models``: the models the statistics are taken on (the source base, or the
+    fine-tuned source with ``source_stats="finetuned"``, and the target base); ``bases``: the two base models."""
     if m.calibration is None:
         return None, 0
+    if m.calibration == "bases":
+        return bases, 0
     assert data is not None
     if m.calibration == "maps":
         if m.needs_loss and loss is None:
@@ -314,7 +320,9 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
 
     Steps: check the inputs; ``tau_A``; the depth map (probing the first calibration batch); the
     transfer problem (specs and point pairs); the method's statistics (for map methods: plan, stream,
-    resolve); ``method.prepare`` (the solves) gives a fitted transfer; its ``apply`` gives ``tau_B``.
+    resolve; for methods reading both bases, the two base models); ``method.prepare`` (the solves) gives a fitted
+    transfer; its ``apply`` gives ``tau_B``. Every method goes through these steps: what it reads is what it declares
+    (:attr:`~ftlab.transfer.methods.Method.calibration`), never something the caller prepares for it by its name.
     ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
     residuals are reported (more memory and time).
     """
@@ -332,12 +340,13 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
         tau_a = TaskVector({k: torch.zeros_like(v) if k in installs[0] else v for k, v in tau_a.items()})
     problem = _problem(m, source_base, target_base, lmap, _without_heads(opts, target_base, heads))
     m.check(tau_a, problem)
-    kept = data.keep_targets() if data is not None and opts.repair != "none" and m.calibration is not None else None
+    kept = data.keep_targets() if data is not None and opts.repair != "none" and reads_batches(m) else None
     t_cal = time.perf_counter()
     source = source_base if opts.source_stats == "base" else \
         (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
     with installed(source, installs[0]), installed(target_base, installs[1]):  # heads of the task in place
-        stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts)
+        stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts,
+                                       Bases(source_base, target_base))
     box: list[Statistics] = [stats]
     del stats  # not held here: the method may free each statistic once its solves are done
     t_fit = time.perf_counter()
@@ -416,40 +425,11 @@ def _repair(opts: TransferOptions, target: nn.Module, data: CalibrationData | No
 
 def target_entries(model: nn.Module) -> dict[str, tuple[int, ...]]:
     """Shapes of the target entries a transfer may change: parameters and the running statistics of norm layers."""
-    from ftlab.core.hooks import is_norm
-
     out = {k: tuple(p.shape) for k, p in model.named_parameters()}
     for name, mod in model.named_modules():
-        if is_norm(mod):
-            for b, t in mod.named_buffers(recurse=False):
-                if b in ("running_mean", "running_var") and isinstance(t, torch.Tensor) and t.is_floating_point():
-                    out[f"{name}.{b}" if name else b] = tuple(t.shape)
-    return out
-
-
-def _vocab_maps(opts: TransferOptions, source: nn.Module, target: nn.Module, lmap: LayerMap) -> dict[str, torch.Tensor]:
-    """Validated vocabulary index maps for the target's embedding tables (see ``TransferOptions.vocab_map``)."""
-    vm = opts.vocab_map
-    if vm is None:
-        return {}
-    sp = dict(source.named_parameters())
-    tables = {f"{n}.weight" if n else "weight": m for n, m in target.named_modules() if isinstance(m, nn.Embedding)}
-    out: dict[str, torch.Tensor] = {}
-    if isinstance(vm, Mapping):
-        for name, idx in vm.items():
-            if name not in tables:
-                raise ValueError(f"vocab_map names {name!r}, which is not an embedding table of the target")
-            src = lmap.source_name(name)
-            if src is None or src not in sp:
-                raise ValueError(f"vocab_map: embedding {name!r} has no counterpart in the source")
-            out[name] = as_vocab_map(idx, int(sp[src].shape[0]), int(tables[name].num_embeddings), name)
-        return out
-    for name, mod in tables.items():
-        src = lmap.source_name(name)
-        if mod.num_embeddings == len(vm) and src is not None and src in sp:
-            out[name] = as_vocab_map(vm, int(sp[src].shape[0]), int(mod.num_embeddings), name)
-    if not out:
-        raise ValueError(f"vocab_map has {len(vm)} entries but no target embedding table has {len(vm)} rows")
+        kind = kind_for_module(mod)
+        if kind is not None:
+            out.update(kind.entries(name, mod))
     return out
 
 
@@ -491,7 +471,7 @@ def transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_b
     method:
         A short name from :func:`~ftlab.transfer.list_methods`: ``bico`` (default), its ablations
         ``bico_input_only`` / ``bico_output_only``, ``activation_only``, ``gradient_only``,
-        ``naive``, ``identity``, ``gradfix``.
+        ``naive``, ``identity``, ``gradfix``, ``transfusion``.
     options:
         Any field of :class:`~ftlab.transfer.options.TransferOptions` (``depth_map``, ``seq_align``,
         ``padding_mask``, ``zero_params``, ``diagnostics``, ``batch_dtype``, ``source_stats``,

@@ -35,12 +35,12 @@ from ftlab.core.progress import progress
 from ftlab.core.stats import CrossMoments, RowMoments, cross_moments_nbytes
 from ftlab.core.usercode import UserCodeError, blame
 from ftlab.core.validate import available_memory, trim_memory
-from ftlab.transfer.align import AffineMoments, align_tokens, to_tokens
+from ftlab.transfer.align import AffineMoments, align_tokens
 from ftlab.transfer.batches import CalibrationData, default_forward, padding_mask, samples_in
 from ftlab.transfer.factored import FACTORED_MIN_WIDTH
+from ftlab.transfer.kinds import AffineMap, Point, token_rows
 from ftlab.transfer.options import TransferOptions
 from ftlab.transfer.plan import (
-    AFFINE_KINDS,
     CalibrationPlan,
     Key,
     Request,
@@ -50,14 +50,9 @@ from ftlab.transfer.plan import (
     share_rows,
 )
 from ftlab.transfer.problem import TransferProblem
-from ftlab.transfer.spec import Point
 
 __all__ = ["AffineMap", "Streamed", "TargetGradients", "affine_maps", "block_output_shapes", "calibration_mode",
            "collect_map_statistics", "collect_target_grads", "layer_cka_scores", "resolve", "stream"]
-
-#: ``(M, c)`` with ``output = M input + c`` (``M`` a matrix ``(d_out, d_in)`` or a per-channel vector).
-AffineMap = tuple[torch.Tensor, torch.Tensor | None]
-
 
 @contextlib.contextmanager
 def calibration_mode(model: nn.Module, *, train: bool = False, grad: bool = True):
@@ -69,70 +64,19 @@ def calibration_mode(model: nn.Module, *, train: bool = False, grad: bool = True
 # --- affine points: output activations derived from input activations -----------------------------------
 
 
-def _mha_part(mha: nn.MultiheadAttention, tail: str) -> AffineMap:
-    if tail == "out_proj":
-        return mha.out_proj.weight.detach(), None if mha.out_proj.bias is None else mha.out_proj.bias.detach()
-    i = "qkv".index(tail)
-    if mha._qkv_same_embed_dim:
-        W = mha.in_proj_weight.detach().chunk(3)[i]
-    else:
-        W = getattr(mha, f"{tail}_proj_weight").detach()
-    return W, None if mha.in_proj_bias is None else mha.in_proj_bias.detach().chunk(3)[i]
-
-
-def _batchnorm(mod: nn.modules.batchnorm._BatchNorm) -> AffineMap | None:
-    if mod.training or mod.running_var is None or mod.running_mean is None:
-        return None
-    a = torch.rsqrt(mod.running_var.detach().double() + mod.eps)
-    if mod.weight is not None:
-        a = a * mod.weight.detach().double()
-    c = -a * mod.running_mean.detach().double()
-    if mod.bias is not None:
-        c = c + mod.bias.detach().double()
-    return a, c
-
-
-def _affine(model: nn.Module, point: Point) -> AffineMap | None:
-    """``(M, c)`` with ``output = M input + c`` for an affine point of ``model`` (None if it is not one)."""
-    if point.kind == "param":
-        P = dict(model.named_parameters()).get(point.name)
-        return None if P is None else (P.detach().T, None)
-    mods = dict(model.named_modules())
-    mod = mods.get(point.name)
-    head, _, tail = point.name.rpartition(".")
-    mha = mods.get(head)
-    if mod is None and isinstance(mha, nn.MultiheadAttention):
-        return _mha_part(mha, tail)
-    bias = None if getattr(mod, "bias", None) is None else mod.bias.detach()  # type: ignore[union-attr]
-    if isinstance(mod, nn.Linear):
-        return mod.weight.detach(), bias
-    if mod is not None and type(mod).__name__ == "Conv1D" and point.kind == "linear":
-        return mod.weight.detach().T, bias
-    if isinstance(mod, nn.Conv2d) and point.kind == "conv2d":
-        W = mod.weight.detach()
-        if mod.groups > 1:
-            from ftlab.transfer.transport import grouped_dense
-
-            W = grouped_dense(W, mod.groups)
-        return W.reshape(W.shape[0], -1), bias
-    if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
-        return _batchnorm(mod)
-    return None
-
-
 def affine_maps(source: nn.Module, target: nn.Module, pairs: Mapping[str, str], source_points: Mapping[str, Point],
                 target_points: Mapping[str, Point]) -> dict[str, tuple[AffineMap, AffineMap]]:
     """``{target point: (source map, target map)}`` for the pairs whose output is affine in their input in both models.
 
-    Call with the models in the mode they calibrate in (a BatchNorm is affine in eval mode only).
+    Each point's kind says whether it is affine (:meth:`~ftlab.transfer.kinds.LayerKind.affine`). Call with
+    the models in the mode they calibrate in (a BatchNorm is affine in eval mode only).
     """
     out = {}
     with torch.no_grad():
         for tp, sp in pairs.items():
-            pb = target_points[tp]
-            if pb.kind not in AFFINE_KINDS + ("norm2d",):
-                continue
-            ma, mb = _affine(source, source_points[sp]), _affine(target, pb)
+            pa, pb = source_points[sp], target_points[tp]
+            mb = pb.layer_kind.affine(target, pb)
+            ma = pa.layer_kind.affine(source, pa) if mb is not None else None
             if ma is not None and mb is not None:
                 out[tp] = (ma, mb)
     return out
@@ -141,21 +85,18 @@ def affine_maps(source: nn.Module, target: nn.Module, pairs: Mapping[str, str], 
 # --- stream -------------------------------------------------------------------------------------------
 
 
-def _module_names(model: nn.Module, points: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Module names to hook and bare parameters to watch, for capture points ``points``."""
+def _module_names(model: nn.Module, points: Iterable[Point]) -> tuple[list[str], list[str]]:
+    """Module names to hook and bare parameters to watch, for capture points ``points`` (where their kinds say)."""
     mods = dict(model.named_modules())
     params = dict(model.named_parameters())
-    out, bare = [], []
+    out: list[str] = []
+    bare: list[str] = []
     for p in points:
-        head, _, tail = p.rpartition(".")
-        if tail in ("q", "k", "v", "out_proj") and isinstance(mods.get(head), nn.MultiheadAttention):
-            p = head
-        if p in mods:
-            out.append(p)
-        elif p in params:
-            bare.append(p)
+        name, is_param = p.layer_kind.hooked(p)
+        if (name in params) if is_param else (name in mods):
+            (bare if is_param else out).append(name)
         else:
-            raise RuntimeError(f"capture point {p!r} is not a module of the model")
+            raise RuntimeError(f"capture point {p.name!r} is not a {'parameter' if is_param else 'module'} of the model")
     return list(dict.fromkeys(out)), list(dict.fromkeys(bare))
 
 
@@ -296,10 +237,10 @@ class _Pass:
         for xa, xb in zip(*_tensors(r, self.ca, self.cb)):
             if xa is None or xb is None:  # no input gradient (the input is data)
                 continue
-            A, ga = to_tokens(xa, r.pa.kind, side=r.side, conv=r.pa.conv,
-                              seq_first=o.seq_first and not self.ca.meta.get(r.sp, {}).get("batch_first", False))
-            B, gb = to_tokens(xb, r.pb.kind, side=r.side, conv=r.pb.conv,
-                              seq_first=o.seq_first and not self.cb.meta.get(r.tp, {}).get("batch_first", False))
+            A, ga = r.pa.layer_kind.rows(xa, r.pa, r.side, seq_first=o.seq_first and not self.ca.meta.get(r.sp, {}).get(
+                "batch_first", False))
+            B, gb = r.pb.layer_kind.rows(xb, r.pb, r.side, seq_first=o.seq_first and not self.cb.meta.get(r.tp, {}).get(
+                "batch_first", False))
             if o.loss_reduction == "mean" and r.is_gradient:
                 b = n_samples if n_samples is not None else A.shape[0]
                 A, B = A * b, B * b
@@ -331,7 +272,9 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
     """
     if plan.backward and loss is None:
         raise ValueError("gradient statistics need a loss(model, batch)")
-    hooks_a, hooks_b = _module_names(source, plan.source_points()), _module_names(target, plan.target_points())
+    points_a = {r.sp: r.pa for r in plan.requests}
+    points_b = {r.tp: r.pb for r in plan.requests}
+    hooks_a, hooks_b = _module_names(source, points_a.values()), _module_names(target, points_b.values())
     total = data.total if isinstance(data, CalibrationData) else None
     train, grad = options.train_mode, plan.backward
     n = 0
@@ -523,7 +466,7 @@ def layer_cka_scores(source: nn.Module, target: nn.Module, stacks: Mapping[str, 
                 with blame(f"{who} model, calibration batch used for the depth map"):
                     run(model, batch)
                 for n, ts in cap.outputs.items():
-                    f.setdefault(n, []).append(to_tokens(ts[0], "linear", side="out")[0].mean(1).double())
+                    f.setdefault(n, []).append(token_rows(ts[0])[0].mean(1).double())
     out = {}
     for p in stacks:
         M = np.zeros((len(names_b[p]), len(names_a[p])))

@@ -26,21 +26,33 @@ from typing import Any
 
 import torch
 
-__all__ = ["hf_checkpoint_keys", "index_shards", "load_batches", "load_model", "load_state_dict", "save_state_dict"]
+__all__ = ["check_checkpoint", "hf_checkpoint_keys", "index_shards", "load_batches", "load_model", "load_state_dict",
+           "save_state_dict"]
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
 
-def _load_torch(path: Path) -> dict[str, torch.Tensor]:
+def _reason(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type when it has none."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _load_torch(path: Path, *, mmap: bool = False) -> dict[str, torch.Tensor]:
+    """A weights-only torch file (``mmap``: its tensors mapped, not read -- enough to check it)."""
     import pickle
 
+    if path.is_file() and path.stat().st_size == 0:
+        raise ValueError(f"cannot read checkpoint {str(path)!r}: the file is empty (0 bytes)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         raise ValueError(f"refusing to unpickle {str(path)!r}: it is not a weights-only checkpoint "
                          "(convert it to safetensors)") from exc
     except (RuntimeError, EOFError, OSError) as exc:
-        raise ValueError(f"cannot read checkpoint {str(path)!r}: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
+        if mmap and "mmap" in str(exc):  # a file of torch's legacy format cannot be mapped: read it
+            return _load_torch(path)
+        raise ValueError(f"cannot read checkpoint {str(path)!r}: {_reason(exc)}") from exc
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -54,8 +66,18 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"cannot read safetensors file {str(path)!r}: {first}") from exc
+        raise ValueError(f"cannot read safetensors file {str(path)!r}: {_reason(exc)}") from exc
+
+
+def _check_safetensors(path: Path) -> None:
+    """Read the header of a safetensors file (its tensors are not read)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            fh.keys()
+    except Exception as exc:  # safetensors raises its own error types
+        raise ValueError(f"cannot read safetensors file {str(path)!r}: {_reason(exc)}") from exc
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -115,6 +137,30 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         return _load_torch(path)
     raise ValueError(f"checkpoint {str(path)!r} has an unknown suffix: use .safetensors, a weights-only "
                      f"{'/'.join(_TORCH_SUFFIXES)} file, or a Hugging Face model folder")
+
+
+def check_checkpoint(path: str | os.PathLike) -> None:
+    """Refuse, before any work, a checkpoint :func:`load_state_dict` would refuse: missing, empty, pickled (code),
+    unreadable, or a folder without weights. Reads headers only (safetensors) or maps the tensors without reading
+    them (torch files), so checking costs little beside the loading that follows."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    if path.is_dir():
+        files = [path / "model.safetensors"] if (path / "model.safetensors").exists() else \
+            index_shards(path) if (path / "model.safetensors.index.json").exists() else \
+            [path / "pytorch_model.bin"] if (path / "pytorch_model.bin").exists() else []
+        if not files:
+            raise FileNotFoundError(f"folder {str(path)!r} holds no model.safetensors or pytorch_model.bin")
+    else:
+        files = [path]
+    for f in files:
+        if f.suffix == ".safetensors":
+            _check_safetensors(f)
+        elif f.suffix in _TORCH_SUFFIXES:
+            _load_torch(f, mmap=True)
+        else:
+            load_state_dict(f)  # the refusal of an unknown suffix
 
 
 def save_state_dict(path: str | os.PathLike, state: dict[str, torch.Tensor], *,

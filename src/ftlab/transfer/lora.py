@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ftlab.transfer.kinds import LayerKind, kind_for_module
+from ftlab.transfer.kinds.base import plain_lora_delta
 from ftlab.transfer.task_vector import TaskVector
 
 __all__ = ["LoraAdapter", "is_adapter_folder", "low_rank_factor", "read_lora", "write_lora"]
@@ -137,21 +139,14 @@ def _group(state: Mapping[str, torch.Tensor], path: Path) -> tuple[dict[str, dic
 
 def _delta(mod: nn.Module, A: torch.Tensor, B: torch.Tensor, scaling: float, name: str, fan_in_fan_out: bool,
            path: Path) -> torch.Tensor:
-    """The merged weight delta of one LoRA module, in the base weight's layout."""
+    """The merged weight delta of one LoRA module, in the base weight's layout (its layer kind knows the layout)."""
     W = getattr(mod, "weight", None)
     if not isinstance(W, torch.Tensor):
         raise ValueError(f"{path}: module {name!r} of the base has no weight for a LoRA update")
     A, B = A.double(), B.double()
-    if isinstance(mod, nn.Embedding):
-        d = (B @ A).T
-    elif isinstance(mod, nn.Conv2d):
-        if mod.groups != 1:
-            raise ValueError(f"{path}: module {name!r} is a grouped convolution, which ftlab's LoRA reader does not read")
-        d = (B.reshape(B.shape[0], -1) @ A.reshape(A.shape[0], -1)).reshape(W.shape[0], -1, *A.shape[2:])
-    else:
-        d = B @ A
-        if fan_in_fan_out:
-            d = d.T
+    kind = kind_for_module(mod)
+    where = f"{path}: module {name!r}"
+    d = kind.lora_delta(mod, A, B, fan_in_fan_out, where) if kind is not None else plain_lora_delta(A, B, fan_in_fan_out)
     if tuple(d.shape) != tuple(W.shape):
         raise ValueError(f"{path}: module {name!r}: the adapter's update has shape {tuple(d.shape)} but the base weight "
                          f"is {tuple(W.shape)} (an adapter made for another base?)")
@@ -238,29 +233,14 @@ def low_rank_factor(M: torch.Tensor, *, max_rank: int | None = None, rtol: float
     return B, A, err
 
 
-def _lora_layout(mod: nn.Module, delta: torch.Tensor) -> tuple[torch.Tensor, str] | None:
-    """The matrix a LoRA factors for this module (``out x in``), and its kind; None if no LoRA can hold it."""
-    if isinstance(mod, nn.Linear):
-        return delta, "linear"
-    if isinstance(mod, nn.Embedding):
-        return delta.T, "embedding"
-    if isinstance(mod, nn.Conv2d) and mod.groups == 1:
-        return delta.reshape(delta.shape[0], -1), "conv"
-    if type(mod).__name__ == "Conv1D" and hasattr(mod, "nf"):
-        return delta.T, "conv1d"
-    return None
-
-
-def _lora_tensors(name: str, kind: str, B: torch.Tensor, A: torch.Tensor, mod: nn.Module) -> dict[str, torch.Tensor]:
-    key = f"{_PREFIX}{name}"
-    if kind == "embedding":
-        return {f"{key}.lora_embedding_A": A, f"{key}.lora_embedding_B": B}
-    if kind == "conv":
-        W = mod.weight
-        assert isinstance(W, torch.Tensor)
-        return {f"{key}.lora_A.weight": A.reshape(A.shape[0], *W.shape[1:]),
-                f"{key}.lora_B.weight": B.reshape(*B.shape, 1, 1)}
-    return {f"{key}.lora_A.weight": A, f"{key}.lora_B.weight": B}
+def _lora_layout(mod: nn.Module | None, deltas: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, LayerKind] | None:
+    """The matrix a LoRA factors for this module (``out x in``) and the module's kind; None if no LoRA can hold the
+    deltas (only a weight and a bias of a layer whose kind takes a LoRA)."""
+    if mod is None or set(deltas) - {"weight", "bias"} or "weight" not in deltas:
+        return None
+    kind = kind_for_module(mod)
+    M = None if kind is None or kind.lora_name is None else kind.lora_matrix(mod, deltas["weight"])
+    return None if M is None or kind is None else (M, kind)
 
 
 def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *, max_rank: int | None = None,
@@ -285,13 +265,13 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
             by_module.setdefault(mod, {})[attr] = t
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
+    widths: dict[str, int] = {}  # output width of each LoRA module (rows of B)
     report: dict = {"modules": {}, "modules_to_save": []}
     fan_in = set()
     lora_bias = False
     for name, deltas in by_module.items():
         mod = mods.get(name)
-        layout = None if mod is None or name in saved or set(deltas) - {"weight", "bias"} or "weight" not in deltas else \
-            _lora_layout(mod, deltas["weight"])
+        layout = None if name in saved else _lora_layout(mod, deltas)
         if layout is None:
             prefix = f"{name}." if name else ""
             report["modules_to_save"].append(name)
@@ -305,22 +285,18 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
         B, A, err = low_rank_factor(M, max_rank=max_rank, rtol=rtol)
         if B.shape[1] == 0:
             continue
-        fan_in.add(kind == "conv1d")
-        ranks[name] = int(B.shape[1])
-        tensors.update(_lora_tensors(name, kind, B.to(torch.float32), A.to(torch.float32), mod))
+        fan_in.add(kind.fan_in_fan_out)
+        ranks[name], widths[name] = int(B.shape[1]), int(B.shape[0])
+        tensors.update(kind.lora_tensors(f"{_PREFIX}{name}", B.to(torch.float32), A.to(torch.float32), mod))
         if "bias" in deltas:
             lora_bias = True
             tensors[f"{_PREFIX}{name}.lora_B.bias"] = deltas["bias"].to(torch.float32)
-        report["modules"][name] = {"kind": kind, "rank": ranks[name], "truncation_error": err}
+        report["modules"][name] = {"kind": kind.lora_name, "rank": ranks[name], "truncation_error": err}
     if len(fan_in) > 1:
         raise ValueError("the target mixes Conv1D (fan-in/fan-out) and other layers; one adapter cannot hold both")
     if lora_bias:  # every LoRA module then has a lora_B bias (zero where its delta has none)
         for name in ranks:
-            key = f"{_PREFIX}{name}.lora_B.bias"
-            if key not in tensors:
-                tensors[key] = torch.zeros(tensors[f"{_PREFIX}{name}.lora_B.weight"].shape[0]
-                                           if f"{_PREFIX}{name}.lora_B.weight" in tensors else
-                                           tensors[f"{_PREFIX}{name}.lora_embedding_B"].shape[0])
+            tensors.setdefault(f"{_PREFIX}{name}.lora_B.bias", torch.zeros(widths[name]))
     r = max(ranks.values(), default=1)
     config = {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": base_name, "r": r, "lora_alpha": r,
               "rank_pattern": {_exact(n): k for n, k in ranks.items() if k != r},

@@ -20,11 +20,12 @@ The plan decides, before any batch runs:
 
 * **requests**: the method's statistics per side, the fitted one first (``primary``), then those
   its completion rule reads;
-* **derived** requests: output activations of an *affine* point (linear, convolution, attention
-  projection, bare ``x @ P``, BatchNorm in eval mode) whose input activations are collected are
-  computed exactly from those (``Y_A^T Y_B = M_A X_A^T X_B M_B^T`` plus bias terms), so they cost
-  nothing during the pass. A BatchNorm's input activations are added as an *internal* request for
-  this purpose (collected, never handed to the method);
+* **derived** requests: output activations of an *affine* point (its kind says so:
+  :meth:`ftlab.transfer.kinds.LayerKind.affine`; linear, convolution, attention projection, bare
+  ``x @ P``, BatchNorm in eval mode) whose input activations are collected are computed exactly from
+  those (``Y_A^T Y_B = M_A X_A^T X_B M_B^T`` plus bias terms), so they cost nothing during the pass.
+  The input activations of an affine point without an input map (a BatchNorm) are added as an
+  *internal* request for this purpose (collected, never handed to the method);
 * **row sharing** (:func:`share_rows`, from the first batch): requests whose rows are the same
   captured tensors in both models, formed the same way (the LayerNorm output that is the input of
   q, k and v), share one accumulator. Which tensors are the same is a fact of the models' graphs,
@@ -39,7 +40,7 @@ from typing import Literal
 
 from ftlab.transfer.spec import Point
 
-__all__ = ["AFFINE_KINDS", "CAPTURED", "CalibrationPlan", "Request", "Side", "Statistic", "aliased", "collected",
+__all__ = ["CAPTURED", "CalibrationPlan", "Request", "Side", "Statistic", "aliased", "collected",
            "plan_calibration", "share_rows"]
 
 Side = Literal["in", "out"]
@@ -49,11 +50,6 @@ Key = tuple[str, str, str]
 #: Which captured tensors feed each ``(side, statistic)`` (attribute names of :class:`ftlab.core.hooks.Captured`).
 CAPTURED: Mapping[tuple[str, str], str] = {("in", "act"): "inputs", ("in", "grad_in"): "input_grads",
                                            ("out", "act"): "outputs", ("out", "grad"): "output_grads"}
-
-#: Point kinds whose output is an affine function of their input (BatchNorm, kind ``norm2d``, only when
-#: its module is a BatchNorm in eval mode: see :func:`ftlab.transfer.calibrate.affine_maps`).
-AFFINE_KINDS: tuple[str, ...] = ("linear", "conv2d", "param")
-
 
 @dataclass(frozen=True)
 class Request:
@@ -94,11 +90,7 @@ class Request:
 
     def row_format(self, p: Point) -> tuple:
         """How a captured tensor of point ``p`` becomes rows; two requests share rows only with the same format."""
-        if p.kind == "conv2d" and self.side == "in":
-            return ("unfold", p.conv)
-        if p.kind in ("conv2d", "depthwise", "norm2d"):
-            return ("channels",)
-        return ("last",)
+        return p.layer_kind.row_format(p, self.side)
 
     def signature(self, ids_a: tuple[int, ...], ids_b: tuple[int, ...]) -> tuple:
         """What makes two requests' rows identical: the same tensors in both models, formed the same way."""
@@ -176,7 +168,7 @@ def plan_calibration(pairs: Mapping[str, str], source_points: Mapping[str, Point
         if r.side != "out" or r.stat != "act" or r.tp not in affine:
             continue
         base = (r.tp, "in", "act")
-        if r.pb.kind == "norm2d" and base not in keys:  # BatchNorm: collect its input only to derive its output
+        if not r.pb.layer_kind.has_input_map and base not in keys:  # BatchNorm: its input only to derive its output
             reqs.append(Request(r.tp, r.sp, "in", "act", r.pa, r.pb, internal=True))
             keys.add(base)
         if base in keys:

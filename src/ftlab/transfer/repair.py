@@ -49,9 +49,9 @@ REPAIR_MODES: tuple[str, ...] = get_args(RepairMode)
 _TINY_GAIN = 1e-12
 
 
-def running_norms(model: nn.Module) -> dict[str, nn.Module]:
+def running_norms(model: nn.Module) -> dict[str, Any]:
     """The norm layers of ``model`` that normalise with stored running statistics, by module name."""
-    out = {}
+    out: dict[str, Any] = {}
     for name, mod in model.named_modules():
         rm, rv = getattr(mod, "running_mean", None), getattr(mod, "running_var", None)
         if isinstance(mod, nn.modules.batchnorm._NormBase) and isinstance(rm, torch.Tensor) \
@@ -97,7 +97,7 @@ def _channel_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, std
 
 
-def _affine(mod: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def _affine(mod: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's gain and bias in float64 (ones and zeros for a layer without affine parameters)."""
     rm = mod.running_mean
     w = mod.weight if getattr(mod, "weight", None) is not None else torch.ones_like(rm)
@@ -157,7 +157,7 @@ class StatisticsRepair:
             raise ValueError(f"the model has no norm layer {missing[0]!r} of the base it was repaired against")
         log: dict[str, dict[str, float]] = {}
 
-        def pin(name: str, mod: nn.Module, x: torch.Tensor) -> None:
+        def pin(name: str, mod: Any, x: torch.Tensor) -> None:
             ref = self.reference[name]
             mean, std = _channel_moments(x)
             w, b = _affine(mod)
@@ -232,7 +232,7 @@ def fit_repair(target_base: nn.Module, batches: Iterable[Any], *, mode: str = "m
     inputs = concat_batches(batches)
     ref: dict[str, _Reference] = {}
 
-    def record(name: str, mod: nn.Module, x: torch.Tensor) -> None:
+    def record(name: str, mod: Any, x: torch.Tensor) -> None:
         mean, std = _channel_moments(x)
         w, b = _affine(mod)
         ref[name] = _Reference(mod.running_mean.detach().double().clone(), mod.running_var.detach().double().clone(),

@@ -191,7 +191,7 @@ class _Candidate:
         return out
 
 
-def _mechanism(m: PairModels, name: str, model, scorer: Scorer, drift_of: Callable | None) -> dict:
+def _mechanism(m: PairModels, name: str, model, scorer: Scorer | Callable, drift_of: Callable | None) -> dict:
     """Drift at the head norm (before any repair) and the spread of the test predictions over the classes."""
     counts = None
     if isinstance(scorer, Scorer):

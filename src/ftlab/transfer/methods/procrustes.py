@@ -98,7 +98,7 @@ class ProcrustesOptions:
 
 def _primary(options: ProcrustesOptions, point: Point) -> dict[str, str | None]:
     """The statistic each side's map is fitted on (None: the pad/truncate map, or no input map)."""
-    inside = None if point.kind in ("embedding", "norm", "norm2d") or options.in_map == "naive" else options.in_map
+    inside = None if not point.layer_kind.has_input_map or options.in_map == "naive" else options.in_map
     return {"in": inside, "out": None if options.out_map == "naive" else options.out_map}
 
 
@@ -107,7 +107,7 @@ def completion_chain(options: ProcrustesOptions, side: str, primary: str | None,
     c = options.complete
     if c == "none" or primary is None:
         return ()
-    if c == "naive" or point.kind == "depthwise":
+    if c == "naive" or point.layer_kind.one_channel_map:
         return ("naive",)
     if (side, primary) in (("out", "grad"), ("in", "grad_in")):
         return ("act", "naive")
@@ -134,7 +134,7 @@ class FittedMaps:
             pt_b, pt_a = p.target_spec.points[tp], p.source_spec.points[sp]
             f_in, f_out = self.fits[tp]
             R_in: torch.Tensor | None
-            if pt_b.kind in ("embedding", "norm", "norm2d"):
+            if not pt_b.layer_kind.has_input_map:
                 R_in = None  # a vocabulary, or a per-channel layer: its rules read R_out only (no d x d identity)
             else:
                 R_in = f_in.R if f_in is not None else naive_map(pt_a.in_dim, pt_b.in_dim)
@@ -193,7 +193,7 @@ class ProcrustesTransfer:
     def solves(self, tp: str, point: Point, stats) -> list[tuple[str, Any, tuple, str, str]]:
         """The solves of one point: ``(side, statistics, completion chain, source label, name)``."""
         o, prim = self.options, _primary(self.options, point)
-        if point.kind == "depthwise":  # one channel map for both sides, so the kernel stays depthwise
+        if point.layer_kind.one_channel_map:  # one map for both sides, so a depthwise kernel stays depthwise
             parts = [stats[(tp, side, prim[side])] for side in ("in", "out") if prim[side] is not None]
             if not parts:
                 return []

@@ -1,9 +1,11 @@
 """The method interface and the registry of methods.
 
 A **method** (:class:`Method`) is configured once (its frozen options dataclass) and never changes
-afterwards. It declares what its calibration pass collects (:attr:`Method.calibration`,
-:meth:`Method.requirements`), may refuse a problem before any work (:meth:`Method.check`), and
-fits from the statistics: :meth:`Method.prepare` returns a new, frozen **fitted transfer**
+afterwards. It declares what it reads besides the task vector (:attr:`Method.calibration`: paired
+statistics of both models, the target's gradients, or both bases themselves; for statistics,
+:meth:`Method.requirements` per point), may refuse a problem before any work (:meth:`Method.check`), and
+fits from what :func:`ftlab.transfer.fit_transfer` collects for it -- every method goes through the same
+door, the caller never prepares a method by its name: :meth:`Method.prepare` returns a new, frozen **fitted transfer**
 (:class:`FittedTransfer`) whose :meth:`~FittedTransfer.apply` carries a source task vector onto the
 target. One method object can therefore be fitted on several problems, and a fitted transfer can be
 applied to several task vectors of the same source (e.g. one per task).
@@ -14,7 +16,8 @@ methods and of their options: :func:`ftlab.transfer.transfer`, the CLI's ``--met
 a description, a reference a reader can open, what the method needs, its options class and the
 preset that distinguishes it (e.g. ``bico`` = Procrustes with ``in_map="act"``, ``out_map="grad"``),
 in the spirit of mergekit's method registry. The built-in methods are registered when
-:mod:`ftlab.transfer.methods` is imported, so a user's method cannot take a built-in name.
+:mod:`ftlab.transfer.methods` is imported (every module of its folder registers its own, so a built-in
+method is one module and its test), so a user's method cannot take a built-in name.
 """
 
 from __future__ import annotations
@@ -31,12 +34,27 @@ if TYPE_CHECKING:
     from ftlab.transfer.spec import Point
     from ftlab.transfer.task_vector import TaskVector
 
-__all__ = ["Calibration", "FittedTransfer", "Method", "MethodInfo", "Requirements", "Statistics", "get_method",
-           "list_methods", "method_info", "method_names", "option_help", "register"]
+__all__ = ["Bases", "Calibration", "FittedTransfer", "Method", "MethodInfo", "Requirements", "Statistics", "get_method",
+           "list_methods", "method_info", "method_names", "option_help", "reads_batches", "register"]
 
-#: What a method's calibration pass collects: paired statistics of both models for Procrustes maps
-#: (``"maps"``), gradients of the target's parameters (``"target_grads"``), or nothing (``None``).
-Calibration = Literal["maps", "target_grads"] | None
+#: What a method reads besides the task vector, collected for it by :func:`ftlab.transfer.fit_transfer`:
+#: paired statistics of both models over the calibration batches for Procrustes maps (``"maps"``), gradients
+#: of the target's parameters over them (``"target_grads"``), both base models themselves (``"bases"``: their
+#: weights; no data), or nothing (``None``).
+Calibration = Literal["maps", "target_grads", "bases"] | None
+
+
+@dataclass(frozen=True)
+class Bases:
+    """What a method with ``calibration="bases"`` receives: the source and target base models (not to be changed)."""
+
+    source: Any
+    target: Any
+
+
+def reads_batches(method: Method) -> bool:
+    """Whether ``method`` reads calibration batches (``calibration`` ``"maps"`` or ``"target_grads"``)."""
+    return method.calibration in ("maps", "target_grads")
 
 #: ``{"in": statistics, "out": statistics}`` of one capture point, the fitted statistic first (names
 #: from :data:`ftlab.transfer.plan.CAPTURED`: ``act``, ``grad``, ``grad_in``); an empty tuple: none.
@@ -44,8 +62,8 @@ Requirements = Mapping[str, tuple[str, ...]]
 
 #: What :meth:`Method.prepare` receives: ``{(target point, side, statistic): cross statistics}`` for
 #: ``calibration="maps"``, a :class:`~ftlab.transfer.calibrate.TargetGradients` for
-#: ``"target_grads"``, ``None`` for methods that need no data.
-Statistics = Union[Mapping[tuple[str, str, str], Any], "TargetGradients", None]
+#: ``"target_grads"``, :class:`Bases` for ``"bases"``, ``None`` for methods that read nothing.
+Statistics = Union[Mapping[tuple[str, str, str], Any], "TargetGradients", "Bases", None]
 
 
 @runtime_checkable

@@ -28,8 +28,10 @@ shared permutation is a special case); one residual-stream permutation for the w
 each sub-layer's residual carry its own, through explicit shortcut matrices, which a plain residual network does not
 have); spectral head costs use every singular value.
 
-The method needs both bases' weights: ``get_method("transfusion").bind(source_base, target_base)`` returns the
-method with them (:meth:`TransFusion.bind`). It fits no Procrustes maps (``fits`` is empty).
+The method reads both bases' weights (``calibration="bases"``): :func:`ftlab.transfer.fit_transfer` hands them to
+it like any other method's statistics. :meth:`TransFusion.bind` fixes the bases (and a hand-written
+:class:`PermutationSpec`) ahead, for models whose spec cannot be inferred. It fits no Procrustes maps (``fits`` is
+empty).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from torch import nn
 
 from ftlab.core.validate import check_int
 from ftlab.transfer.align import MapFit
-from ftlab.transfer.methods.registry import Calibration, Requirements, Statistics, register
+from ftlab.transfer.methods.registry import Bases, Calibration, Requirements, Statistics, register
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
 from ftlab.transfer.task_vector import TaskVector
@@ -376,10 +378,11 @@ class FittedPermutation:
 class TransFusion:
     """Weight matching of the two bases, then the task vector permuted (module docstring).
 
-    Built unbound by the registry; :meth:`bind` gives it the two bases' weights.
+    Built unbound by the registry: it reads the bases :func:`~ftlab.transfer.fit_transfer` gives it
+    (``calibration="bases"``); :meth:`bind` fixes them (and a spec) ahead instead.
     """
 
-    calibration: Calibration = None
+    calibration: Calibration = "bases"
     needs_loss = False
     needs_second_moments = False
 
@@ -412,21 +415,24 @@ class TransFusion:
         return {"in": (), "out": ()}
 
     def check(self, tau_a: TaskVector, problem: TransferProblem) -> None:
-        """Unbound, or shapes that differ: ``ValueError`` before any work."""
-        if self._weights is None:
-            raise ValueError(f"method {self.name!r} matches the weights of the two bases: bind them first, "
-                             f"get_method({self.name!r}).bind(source_base, target_base)")
+        """Shapes that differ: ``ValueError`` before any work."""
         for k, shape in problem.target_shapes.items():
             if k in tau_a and tuple(tau_a[k].shape) != tuple(shape):
                 raise ValueError(f"method {self.name!r} needs equal architectures, but {k!r} is {tuple(shape)} in the "
                                  f"target and {tuple(tau_a[k].shape)} in the source")
 
     def prepare(self, problem: TransferProblem, stats: Statistics = None) -> FittedPermutation:
-        if self._weights is None or self._spec is None:
-            raise RuntimeError(f"method {self.name!r} is not bound to two bases (call check first)")
-        a, b = self._weights
-        perms, sweeps = match_weights(self._spec, a, b, max_iter=self.options.max_iter, seed=self.options.seed)
-        return FittedPermutation(self._spec, perms, tuple(problem.target_shapes), tuple(self.options.zero), sweeps)
+        """Match the bases' weights: the bound ones, else ``stats`` (the :class:`~ftlab.transfer.methods.Bases`
+        :func:`~ftlab.transfer.fit_transfer` collects for this method)."""
+        bound = self
+        if self._weights is None:
+            if not isinstance(stats, Bases):
+                raise TypeError(f"{self.name}: prepare needs the two base models (Bases), got {type(stats).__name__}")
+            bound = self.bind(stats.source, stats.target)
+        assert bound._weights is not None and bound._spec is not None
+        a, b = bound._weights
+        perms, sweeps = match_weights(bound._spec, a, b, max_iter=self.options.max_iter, seed=self.options.seed)
+        return FittedPermutation(bound._spec, perms, tuple(problem.target_shapes), tuple(self.options.zero), sweeps)
 
 
 register("transfusion", human_name="TransFusion (weight-matching re-basin)",
@@ -434,4 +440,4 @@ register("transfusion", human_name="TransFusion (weight-matching re-basin)",
                      "(equal architectures; data-free)",
          reference="Rinaldi et al. Update Your Transformer to the Latest Release: Re-Basin of Task Vectors. ICML 2025, "
                    "arXiv:2505.22697 (code: github.com/aimagelab/TransFusion)",
-         needs="both bases' weights (bind) and equal architectures", options=TransFusionOptions)(TransFusion)
+         needs="both bases' weights and equal architectures", options=TransFusionOptions)(TransFusion)
