@@ -11,8 +11,15 @@ from pathlib import Path
 
 import click
 
-from ftlab.cli.transfer_inputs import calibration_data, check_input_files, default_loss
-from ftlab.cli.transfer_outputs import write_diagnosis, write_full, write_lora_output
+from ftlab.cli.transfer_inputs import (
+    calibration_data,
+    check_input_files,
+    default_loss,
+    num_labels_for,
+    with_fresh_heads,
+    with_tokenizer_vocab_map,
+)
+from ftlab.cli.transfer_outputs import BELOW_ADVICE, rank_advice, write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
 from ftlab.transfer.methods import list_methods, method_names, option_help, reads_batches
 from ftlab.transfer.options import TransferOptions, cli_fields, parse_cli_value
@@ -110,7 +117,11 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
               "(default: the checkpoint folder itself).")
 @click.option("--target-arch", default=None, help="B's architecture (same forms as --source-arch).")
 @click.option("--hf-class", default="AutoModel", show_default=True,
-              help="transformers class for HF config folders, e.g. BertForSequenceClassification.")
+              help="transformers class for HF config folders, e.g. BertForSequenceClassification; a folder of the "
+                   "base model (saved as BertModel) loads into a task class as transformers loads it (the head is "
+                   "then new).")
+@click.option("--num-labels", type=int, default=None, help="Labels of the task class (--hf-class); default: the "
+              "folder's config, or for a base folder whose config names none, the classes in the labelled --data.")
 @click.option("--data", "data", default=None, help="Calibration data: a text table (.jsonl/.csv/.tsv: --text-column, "
               "--label-column), a folder of images with one sub-folder per class, a .safetensors/.pt file of "
               "equal-length tensors (batched as dicts along dim 0), or a module:function returning batches.")
@@ -138,8 +149,12 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
               help="Transfer method (listed below with their options).")
 @click.option("--method-option", "-o", "method_options", multiple=True, metavar="KEY=VALUE",
               help="An option of the method, e.g. -o center=true -o whiten_p=0.25 (repeatable; see below).")
-@click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector "
-              "(full output; a LoRA output holds tau_B itself).")
+@click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector, in "
+              "every output form (a LoRA output holds alpha tau_B, its modules_to_save base + alpha delta).")
+@click.option("--heal-steps", type=int, default=0, show_default=True, help="LoRA output: train the written adapter "
+              "this many steps on the labelled calibration data (cycled in order; ftlab's short heal, "
+              "ftlab.transfer.heal); 0: no training.")
+@click.option("--heal-lr", type=float, default=1e-3, show_default=True, help="Learning rate of the heal (AdamW).")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Rows per calibration batch.")
 @click.option("--max-batches", type=int, default=None, help="Use at most this many calibration batches.")
 @click.option("--out-format", type=click.Choice(["full", "lora"]), default=None,
@@ -206,8 +221,10 @@ def transfer(**a):
     from ftlab.transfer import get_method
 
     check_finite("alpha", a["alpha"])
+    check_int("heal_steps", a["heal_steps"], 0)
+    check_finite("heal_lr", a["heal_lr"])
     for name in ("batch_size", "max_batches", "max_length", "max_samples", "lora_rank", "image_size",
-                 "target_image_size"):
+                 "target_image_size", "num_labels"):
         if a.get(name) is not None:
             check_int(name, a[name], 1)
     m = get_method(a["method"], **parse_method_options(a["method_options"]))  # validate before loading any model
@@ -270,26 +287,16 @@ def _diagnose_only(A, A_ft, B, loss, m, opts, kw: dict, out: Path, head: dict, t
 
 def _run(a: dict, m, opts) -> None:
     """Load, calibrate and fit, then write (the body of ``ftlab transfer``; ``a`` holds its command line)."""
-    import torch
-
     from ftlab import __version__
-    from ftlab.core.progress import stage
     from ftlab.transfer import fit_transfer
-    from ftlab.transfer.io import load_model
+    from ftlab.transfer.batches import CalibrationData
+    from ftlab.transfer.heads import heads_summary
     from ftlab.transfer.lora import is_adapter_folder
 
     t0 = time.perf_counter()
-    adapter = is_adapter_folder(a["source_finetuned"])
-    fmt = a["out_format"] or ("lora" if adapter else "full")
+    fmt = a["out_format"] or ("lora" if is_adapter_folder(a["source_finetuned"]) else "full")
     trust = a["trust_remote_code"]
-    with stage("loading models"):
-        A = load_model(a["source_arch"], a["source_base"], hf_class=a["hf_class"], role="source base",
-                       trust_remote_code=trust)
-        A_ft = a["source_finetuned"] if adapter else load_model(a["source_arch"], a["source_finetuned"],
-                                                                hf_class=a["hf_class"], role="source finetuned",
-                                                                trust_remote_code=trust)
-        B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
-                       trust_remote_code=trust)
+    A, A_ft, B, opts = _load_models(a, opts)
     cal = calibration_data(a, source_folder=a["source_arch"] or a["source_base"],
                            target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
     if reads_batches(m) and cal is None:
@@ -299,6 +306,11 @@ def _run(a: dict, m, opts) -> None:
         raise ValueError(f"--method {m.name} fits maps on gradients and needs a loss: give --loss (activation_only runs "
                          "forward passes only)")
     kw = cal.kwargs() if cal is not None else {}
+    opts = with_tokenizer_vocab_map(opts, a, A, B, source_folder=a["source_arch"] or a["source_base"],
+                                    target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
+    if a["heal_steps"] and (fmt != "lora" or loss is None):
+        raise ValueError("--heal-steps trains a LoRA adapter on the labelled calibration data: it needs --out-format "
+                         "lora and a loss (labels in --data, or --loss)")
     inputs = {"source_base": a["source_base"], "source_finetuned": a["source_finetuned"], "target_base": a["target_base"],
               "data": a["data"], "loss": a["loss_ref"]}
     out = Path(a["out_dir"])
@@ -308,37 +320,74 @@ def _run(a: dict, m, opts) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)  # every map's note goes into report.json (rank_notes)
         res = fit_transfer(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
-    tv = res.task_vector
     notes = [f.note for pair in res.fits.values() for f in {id(x): x for x in pair if x is not None}.values() if f.note]
     rule = _expectation(res)
     if rule is not None and rule.below:  # said before anything is written; the transfer goes on
-        click.echo(f"ftlab transfer: {rule.message()}", err=True)
+        click.echo(f"ftlab transfer: {rule.message()}; {BELOW_ADVICE}", err=True)
     report = {"ftlab_version": __version__, "inputs": inputs, "alpha": a["alpha"], "out_format": fmt, **res.report(),
               "diagnostic": rule.record() if rule else None, "rank_notes": notes,
               "total_time_s": time.perf_counter() - t0}
+    heal_batches = [bb for _, bb in CalibrationData(**kw)] if a["heal_steps"] else []
+    files, extra = _write(a, fmt, res, B, report, (heal_batches, loss))
+    click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
+               f"{res.source_norms['total']:.4g}, ||tau_B|| = {res.task_vector.norm():.4g}, alpha = {a['alpha']:g}"
+               f"{extra}; wrote {out}/{', '.join(files)}")
+    if res.heads is not None:
+        click.echo(f"ftlab transfer: {heads_summary(res.heads)}", err=True)
+    if notes:
+        click.echo(f"ftlab transfer: note: {rank_advice(res, opts)}", err=True)
+
+
+def _load_models(a: dict, opts):
+    """``(A, A_ft, B, opts)``: the three models of the command line (A's fine-tune stays a folder when it is a PEFT
+    adapter), and ``opts`` with the task heads the loader had to initialise among the new heads."""
+    from ftlab.core.progress import stage
+    from ftlab.transfer.io import load_model
+    from ftlab.transfer.lora import is_adapter_folder
+
+    trust = a["trust_remote_code"]
+    loaded: list[dict] = [{}, {}]  # what loading each base did (a task head it had to initialise)
+    with stage("loading models"):
+        n_a = num_labels_for(a["source_arch"] or a["source_base"], a["num_labels"], a)
+        n_b = num_labels_for(a["target_arch"] or a["target_base"], a["num_labels"], a)
+        A = load_model(a["source_arch"], a["source_base"], hf_class=a["hf_class"], role="source base",
+                       trust_remote_code=trust, report=loaded[0], num_labels=n_a)
+        A_ft = a["source_finetuned"] if is_adapter_folder(a["source_finetuned"]) else \
+            load_model(a["source_arch"], a["source_finetuned"], hf_class=a["hf_class"], role="source finetuned",
+                       trust_remote_code=trust, num_labels=n_a)
+        B = load_model(a["target_arch"], a["target_base"], hf_class=a["hf_class"], role="target base",
+                       trust_remote_code=trust, report=loaded[1], num_labels=n_b)
+    return A, A_ft, B, with_fresh_heads(opts, loaded, B)
+
+
+def _write(a: dict, fmt: str, res, B, report: dict, heal: tuple[list, object]) -> tuple[list[str], str]:
+    """Write ``--out`` in form ``fmt`` (``B`` is changed in place for the full form); returns the file names and
+    the summary's tail. ``heal``: the target's calibration batches and the loss (used with ``--heal-steps``)."""
+    import torch
+
+    from ftlab.core.progress import stage
+    from ftlab.transfer.heal import HealRecipe
+
     target_folder = a["target_base"] if Path(a["target_base"]).is_dir() else None
     if fmt == "lora":
-        files, lora = write_lora_output(out, tau=tv, target=B, max_rank=a["lora_rank"], report=report,
-                                        target_folder=target_folder)
+        recipe = (HealRecipe(a["heal_steps"], lr=a["heal_lr"]), heal[0], heal[1]) if a["heal_steps"] else None
+        files, lora = write_lora_output(Path(a["out_dir"]), result=res, target=B, alpha=a["alpha"],
+                                        max_rank=a["lora_rank"], report=report, target_folder=target_folder,
+                                        heal=recipe)
         worst = max((mm["truncation_error"] for mm in lora["modules"].values()), default=0.0)
-        extra = f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})"
-    else:
-        model = tv.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
-        if res.repair is not None and a["alpha"] != 0:
-            with stage("statistics repair"):
-                repaired = res.repair.apply_(model)
-            report["repair"] = {"mode": res.repair.mode, "alpha": a["alpha"], "layers": repaired}
-            extra_repair = f", {len(repaired)} norm layers' statistics repaired ({res.repair.mode})"
-        else:
-            extra_repair = ""
-        bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
-        if bad:
-            raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
-        files, extra = write_full(out, tau=tv, model=model, alpha=a["alpha"], report=report,
-                                  target_folder=target_folder), extra_repair
-    click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
-               f"{res.source_norms['total']:.4g}, ||tau_B|| = {tv.norm():.4g}, alpha = {a['alpha']:g}{extra}; wrote "
-               f"{out}/{', '.join(files)}")
-    if notes:
-        click.echo(f"ftlab transfer: note: {len(notes)} maps are determined on fewer dimensions than their width (the "
-                   "completion rule fixed the rest; see rank_notes in report.json)", err=True)
+        return files, (f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})"
+                       + (f", healed {a['heal_steps']} steps" if recipe else ""))
+    model = res.task_vector.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
+    extra = ""
+    if res.repair is not None and a["alpha"] != 0:
+        with stage("statistics repair"):
+            repaired = res.repair.apply_(model)
+        report["repair"] = {"mode": res.repair.mode, "alpha": a["alpha"], "layers": repaired}
+        extra = f", {len(repaired)} norm layers' statistics repaired ({res.repair.mode})"
+    if res.heads is not None:
+        res.heads.apply_(model)
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the transferred weights are not finite at {bad[0]!r}")
+    return write_full(Path(a["out_dir"]), tau=res.task_vector, model=model, alpha=a["alpha"], report=report,
+                      target_folder=target_folder), extra

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Calibration", "calibration_data", "check_input_files", "default_loss", "hf_loss", "logits_loss",
-           "parse_floats"]
+           "num_labels_for", "parse_floats", "with_fresh_heads", "with_tokenizer_vocab_map"]
 
 
 def check_input_files(checkpoints: list[str], data: list[str | None]) -> None:
@@ -142,3 +142,72 @@ def default_loss(loss_ref: str | None, model, cal: Calibration | None):
     if cal is None or not cal.labelled_file:
         return None
     return hf_loss if hasattr(model, "config") else logits_loss
+
+
+def with_fresh_heads(opts, loaded: list[dict], target):
+    """``opts`` with the task heads the loader had to initialise (a base folder loaded with a task class, see
+    :func:`ftlab.transfer.io.hf_checkpoint_keys`) among the new heads, when ``new_heads`` holds ``auto``."""
+    import dataclasses
+
+    if "auto" not in opts.new_heads:
+        return opts
+    names = {n for n, _ in target.named_modules()}
+    fresh = sorted({p.rpartition(".")[0] for rep in loaded for p in rep.get("fresh", ())} & names)
+    add = tuple(n for n in fresh if n not in opts.new_heads)
+    return dataclasses.replace(opts, new_heads=opts.new_heads + add) if add else opts
+
+
+def with_tokenizer_vocab_map(opts, a: dict, source, target, *, source_folder: str, target_folder: str,
+                             trust_remote_code: bool = False):
+    """``opts`` with a ``vocab_map`` built from the two models' tokenizers
+    (:func:`ftlab.transfer.automap.vocab_map_from_tokenizers`) when the calibration data are texts, no
+    ``--vocab-map`` is given and the two input embedding tables differ in rows (MiniLM's 30522 vs MPNet's 30527)."""
+    import dataclasses
+
+    from ftlab.transfer import datafiles
+    from ftlab.transfer.automap import vocab_map_from_tokenizers
+
+    if opts.vocab_map is not None or a.get("data") is None or Path(a["data"]).suffix.lower() not in datafiles.TEXT_SUFFIXES:
+        return opts
+    get = [getattr(m, "get_input_embeddings", None) for m in (source, target)]
+    rows = [getattr(g(), "num_embeddings", None) if callable(g) else None for g in get]
+    n_a, n_b = rows
+    if not isinstance(n_a, int) or not isinstance(n_b, int) or n_a == n_b:
+        return opts
+    toks = [datafiles.load_tokenizer(_tokenizer_folder(a[f"{who}_tokenizer"], folder, f"{who} base"),
+                                     trust_remote_code=trust_remote_code)
+            for who, folder in (("source", source_folder), ("target", target_folder))]
+    return dataclasses.replace(opts, vocab_map=vocab_map_from_tokenizers(toks[0], toks[1], n_b))
+
+
+def num_labels_for(folder: str | None, explicit: int | None, a: dict) -> int | None:
+    """The ``num_labels`` a task class is built with from ``folder``: ``--num-labels`` when given; else, for a Hugging
+    Face folder whose ``config.json`` names no labels (a base model saved as ``BertModel``), the number of classes
+    of the labelled calibration data (a text table's largest label + 1, an image folder's class folders); else
+    None (the config's own)."""
+    import json
+
+    from ftlab.transfer import datafiles
+
+    if explicit is not None:
+        return explicit
+    cfg = Path(folder) / "config.json" if folder is not None else None
+    if cfg is None or not cfg.is_file():
+        return None
+    try:
+        if "id2label" in json.loads(cfg.read_text(encoding="utf-8")):
+            return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # the loader reports an unreadable config
+    ref, column = a.get("data"), a.get("label_column")
+    if ref is None:
+        return None
+    path = Path(ref)
+    if path.suffix.lower() in datafiles.TEXT_SUFFIXES and column:
+        rows = datafiles.read_records(path)
+        labels = [r[column] for r in rows if isinstance(r.get(column), int) and not isinstance(r.get(column), bool)]
+        return max(labels) + 1 if labels else None
+    if path.is_dir():
+        classes = [p for p in path.iterdir() if p.is_dir()]
+        return len(classes) or None
+    return None

@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-__all__ = ["TOKENIZER_FILES", "write_diagnosis", "write_full", "write_lora_output"]
+__all__ = ["BELOW_ADVICE", "TOKENIZER_FILES", "rank_advice", "write_diagnosis", "write_full", "write_lora_output"]
 
 #: Tokenizer files copied from a Hugging Face target's folder, so that --out loads with its tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
@@ -57,22 +57,58 @@ def write_full(out: Path, *, tau, model, alpha: float, report: dict, target_fold
     return files + ["report.json"]
 
 
-def write_lora_output(out: Path, *, tau, target, max_rank: int | None, report: dict,
-                      target_folder: str | None) -> tuple[list[str], dict]:
-    """A PEFT LoRA adapter for the target (``adapter_config.json``, ``adapter_model.safetensors``), the target's
-    tokenizer files, ``report.json`` with each module's rank and truncation error; returns the names and the
+def write_lora_output(out: Path, *, result, target, alpha: float, max_rank: int | None, report: dict,
+                      target_folder: str | None, heal=None) -> tuple[list[str], dict]:
+    """A PEFT LoRA adapter for the target that computes ``result.model(target, alpha)``
+    (:func:`ftlab.transfer.adapters.write_transfer_adapter`: ``alpha tau_B``, repaired statistics, new heads),
+    healed when ``heal = (recipe, target batches, loss)`` is given (:mod:`ftlab.transfer.heal`), the target's
+    tokenizer files and ``report.json`` with each module's rank and truncation error; returns the names and the
     adapter report."""
     from ftlab.core.progress import stage as stage_line
     from ftlab.core.results import save_json, staged_output
-    from ftlab.transfer.lora import write_lora
+    from ftlab.transfer.adapters import write_transfer_adapter
 
     _json_checked(report)
     with stage_line("writing"), staged_output(out, name="transfer") as stage:
         base_name = str(Path(target_folder).resolve()) if target_folder and Path(target_folder).is_dir() else None
-        lora = write_lora(stage, tau, target, max_rank=max_rank, base_name=base_name)
+        lora = write_transfer_adapter(stage, result, target, alpha=alpha, max_rank=max_rank, base_name=base_name)
+        if heal is not None:
+            from ftlab.transfer.heal import heal_adapter, save_healed
+
+            recipe, batches, loss = heal
+            with stage_line(f"healing ({recipe.steps} steps)"):
+                save_healed(heal_adapter(target, stage, batches, loss, recipe), stage)
+            lora["heal"] = {"steps": recipe.steps, "lr": recipe.lr, "optimizer": recipe.optimizer,
+                            "batches": len(batches)}
         files = ["adapter_config.json", "adapter_model.safetensors", *_copy_tokenizer(target_folder, stage)]
         save_json(stage / "report.json", {**report, "adapter": lora, "files": files + ["report.json"]})
     return files + ["report.json"], lora
+
+
+#: What to do when ftlab's rule expects the transfer below the target's own accuracy (appended to the warning).
+BELOW_ADVICE = ("to act on it: more calibration data (--data, --max-samples), alpha chosen on held-out data "
+                "(search_alpha in Python; --alpha), a short heal on labelled data (--heal-steps, LoRA output), "
+                "and for BatchNorm targets the statistics repair (--repair, on by default)")
+
+
+def rank_advice(result, options) -> str:
+    """One line on the maps the calibration rows leave partly undetermined, and what would determine them."""
+    fits = [f for pair in result.fits.values() for f in {id(x): x for x in pair if x is not None}.values() if f.note]
+    short = [f for f in fits if f.n_rows < f.dims]
+    line = (f"{len(fits)} maps are determined on fewer dimensions than their width (the completion rule fixed the "
+            "rest; rank_notes in report.json)")
+    if short:
+        widest = max(f.dims for f in short)
+        rows = min(f.n_rows for f in short)
+        one_row = options.seq_align in ("mean", "cls")
+        line += (f"; {len(short)} of them saw fewer rows than their width (as few as {rows} rows for widths up to "
+                 f"{widest}): at least {widest} calibration rows would determine them (more --data or "
+                 "--max-samples" + ("; --seq-align identity uses every token as a row, mean and cls one per text"
+                                    if one_row else "") + ")")
+    if len(short) < len(fits):
+        line += (f"; {len(fits) - len(short)} are short of rank with enough rows (e.g. gradients of a normalised "
+                 "stream, a head over few classes): more data does not fix these, the completion rule does")
+    return line
 
 
 def write_diagnosis(out: Path, report: dict) -> None:

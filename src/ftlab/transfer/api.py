@@ -31,8 +31,10 @@ from ftlab.core.progress import stage
 from ftlab.core.usercode import check_model
 from ftlab.core.validate import peak_rss_mb
 from ftlab.transfer.align import MapFit
+from ftlab.transfer.automap import automatic_options
 from ftlab.transfer.batches import CalibrationData
 from ftlab.transfer.calibrate import block_output_shapes, collect_map_statistics, collect_target_grads, layer_cka_scores
+from ftlab.transfer.heads import NewHeads, find_new_heads, head_params, installed, prepare_heads
 from ftlab.transfer.kinds import kind_for_module
 from ftlab.transfer.kinds.embedding import vocab_maps
 from ftlab.transfer.layer_map import LayerMap, build_layer_map, paired_stacks
@@ -83,6 +85,8 @@ class TransferResult:
     repair: StatisticsRepair | None = field(default=None, repr=False)
     source_task_vector: TaskVector | None = field(default=None, repr=False)
     layer_map_object: LayerMap | None = field(default=None, repr=False)
+    heads: NewHeads | None = field(default=None, repr=False)
+    notes: tuple[str, ...] = ()
 
     def with_copies(self, copies: str) -> TaskVector:
         """``tau_B`` with a source layer that feeds several target layers shared by rule ``copies`` (``sum``,
@@ -95,11 +99,14 @@ class TransferResult:
     def model(self, target_base: nn.Module, alpha: float = 1.0, *, task_vector: TaskVector | None = None,
               repair: bool = True) -> nn.Module:
         """``B + alpha tau_B`` as a new model (``target_base`` untouched), its norm statistics re-pinned when the
-        options asked for a repair (``repair=False``: not). ``task_vector`` replaces ``tau_B`` (e.g.
-        :meth:`with_copies`)."""
+        options asked for a repair (``repair=False``: not), and B's new head installed when the transfer found
+        heads new in both bases (:mod:`ftlab.transfer.heads`; ``refit`` fits it on this model's features).
+        ``task_vector`` replaces ``tau_B`` (e.g. :meth:`with_copies`)."""
         out = (task_vector if task_vector is not None else self.task_vector).apply(target_base, alpha)
         if repair and self.repair is not None:
             self.repair.apply_(out)
+        if self.heads is not None:
+            self.heads.apply_(out)
         return out
 
     def layers(self) -> list[dict]:
@@ -127,6 +134,7 @@ class TransferResult:
                 "time_s": self.time_s, "timings": self.timings, "peak_rss_mb": self.peak_rss_mb,
                 "source_norm": self.source_norms.get("total"),
                 "target_norm": self.task_vector.norm(), "layers": self.layers(),
+                "heads": self.heads.report() if self.heads is not None else None, "notes": list(self.notes),
                 "parameters": [{"name": k, "shape": list(v.shape), "norm": float(v.double().norm())}
                                for k, v in self.task_vector.items()]}
 
@@ -325,14 +333,20 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     tau_a = _source_task_vector(source_base, source_finetuned)
     m = _resolve_method(method)
     data = _calibration_data(m, opts, batches, source_batches, target_batches)
+    opts, notes = automatic_options(opts, source_base, target_base)  # name map, relative biases the source lacks
     lmap = _layer_map(source_base, target_base, opts, data, loss)
-    problem = _problem(m, source_base, target_base, lmap, opts)
+    heads, installs = _new_heads(opts, source_base, target_base, source_finetuned, tau_a, lmap, data)
+    if heads is not None:
+        tau_a = TaskVector({k: torch.zeros_like(v) if k in installs[0] else v for k, v in tau_a.items()})
+    problem = _problem(m, source_base, target_base, lmap, _without_heads(opts, target_base, heads))
     m.check(tau_a, problem)
     kept = data.keep_targets() if data is not None and opts.repair != "none" and reads_batches(m) else None
     t_cal = time.perf_counter()
     source = source_base if opts.source_stats == "base" else \
         (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
-    stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts, Bases(source_base, target_base))
+    with installed(source, installs[0]), installed(target_base, installs[1]):  # heads of the task in place
+        stats, n_batches = _statistics(m, problem, (source, target_base), data, loss, opts,
+                                       Bases(source_base, target_base))
     box: list[Statistics] = [stats]
     del stats  # not held here: the method may free each statistic once its solves are done
     t_fit = time.perf_counter()
@@ -356,7 +370,35 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
         point_norms=_point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {},
         layer_stages=lmap.describe()["stages"], fitted=fitted,
         copy_weights={k: w for k, w in weights.items() if w != 1.0}, repair=repair, source_task_vector=tau_a,
-        layer_map_object=lmap)
+        layer_map_object=lmap, heads=heads, notes=tuple(notes))
+
+
+def _new_heads(opts: TransferOptions, source: nn.Module, target: nn.Module, source_finetuned: SourceFinetuned,
+               tau_a: TaskVector, lmap: LayerMap, data: CalibrationData | None
+               ) -> tuple[NewHeads | None, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+    """Heads new in both bases (:mod:`ftlab.transfer.heads`), and the values installed while calibrating:
+    A's trained head, B's head fitted on base B's rows. None (and nothing installed) with ``heads="delta"``, no
+    new head, or no calibration data."""
+    none: tuple[dict, dict] = ({}, {})
+    if opts.heads == "delta" or not opts.new_heads:
+        return None, none
+    layers = find_new_heads(source, target, source_finetuned, opts.new_heads, lmap.source_name)
+    if not layers[0]:
+        return None, none
+    if data is None:
+        log.warning("new heads %s: no calibration batches to fit them, so they are transported as deltas",
+                    layers[0])
+        return None, none
+    with stage("new heads"):
+        heads, src_vals, tgt_vals = prepare_heads(opts.heads, source, target, tau_a, layers, data.head(2 ** 62))
+    return heads, (src_vals, tgt_vals)
+
+
+def _without_heads(opts: TransferOptions, target: nn.Module, heads: NewHeads | None) -> TransferOptions:
+    """``opts`` with the target head's parameters among the zeroed ones (the head is not transported)."""
+    if heads is None:
+        return opts
+    return dataclasses.replace(opts, zero_params=opts.zero_params + tuple(head_params(target, heads.target)))
 
 
 def _weighted(tau: TaskVector, weights: Mapping[str, float]) -> TaskVector:

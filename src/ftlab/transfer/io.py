@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_checkpoint", "index_shards", "load_batches", "load_model", "load_state_dict", "save_state_dict"]
+__all__ = ["check_checkpoint", "hf_checkpoint_keys", "index_shards", "load_batches", "load_model", "load_state_dict",
+           "save_state_dict"]
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
@@ -186,7 +187,7 @@ def _read_config(folder: Path, role: str, trust_remote_code: bool) -> None:
                          "does not run a model folder's code unless told to (--trust-remote-code, which runs it)")
 
 
-def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool):
+def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool, num_labels: int | None = None):
     _read_config(folder, role, trust_remote_code)
     import transformers
 
@@ -199,6 +200,8 @@ def _hf_model(folder: Path, hf_class: str, role: str, trust_remote_code: bool):
     with blame(f"{role}: reading {folder}/config.json"):
         config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code,
                                                          local_files_only=True)
+    if num_labels is not None:
+        config.num_labels = num_labels
     with blame(f"{role}: building {hf_class} from {folder}/config.json"):
         if hf_class.startswith("Auto"):
             return cls.from_config(config, trust_remote_code=trust_remote_code)
@@ -219,12 +222,61 @@ def _fit_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], checkpo
                              f"but {tuple(own[k].shape)} in the model")
 
 
+def hf_checkpoint_keys(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
+    """``state`` renamed to a Hugging Face ``model``'s names by transformers' own base-model prefix rule, and what
+    the model gives itself.
+
+    transformers (``core_model_loading.rename_source_key``) loads a checkpoint of the base model (``BertModel``,
+    keys ``encoder.*``) into a class with a task head (``BertForSequenceClassification``, keys ``bert.encoder.*``)
+    and the reverse by adding or stripping ``model.base_model_prefix`` per key, whichever names a key of the model;
+    the same rule is applied here. What follows from it, also as transformers does:
+
+    * ``fresh``: parameters the checkpoint does not hold and that lie *outside* the base model (the task head a
+      base checkpoint lacks); they keep the values the model was built with (a new head);
+    * ``dropped``: checkpoint keys the model has no place for: non-persistent buffers saved by older versions
+      (``embeddings.position_ids``), keys matching the class's ``_keys_to_ignore_on_load_unexpected``, and, when a
+      prefix was added or stripped, the parts of the other class the model lacks (a pooler, a head).
+
+    A parameter of the base model itself that the checkpoint lacks stays missing (the caller's fit check names
+    it). A model without ``base_model_prefix`` (not a transformers model) gets ``state`` back unchanged.
+    """
+    import re
+
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    report: dict = {"prefix": None, "fresh": [], "dropped": []}
+    if not prefix or not hasattr(model, "config"):
+        return state, report
+    own = model.state_dict()
+    p = prefix + "."
+    out: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        if k not in own and k.startswith(p) and k[len(p):] in own:
+            out[k[len(p):]], report["prefix"] = v, "stripped"
+        elif k not in own and p + k in own:
+            out[p + k], report["prefix"] = v, "added"
+        else:
+            out[k] = v
+    buffers = {n.rpartition(".")[2] for n, _ in model.named_buffers()}
+    ignore = [re.compile(pat) for pat in getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()]
+    for k in [k for k in out if k not in own]:
+        if k.rpartition(".")[2] in buffers or any(pat.search(k) for pat in ignore) or report["prefix"] is not None:
+            report["dropped"].append(k)
+            del out[k]
+    base = getattr(model, prefix, None)
+    if isinstance(base, torch.nn.Module) and base is not model:
+        params = dict(model.named_parameters())
+        report["fresh"] = sorted(k for k in params if k not in out and not k.startswith(p))
+        out.update({k: own[k] for k in report["fresh"]})
+    return out, report
+
+
 def _on_meta(model: torch.nn.Module) -> list[str]:
     return [k for k, v in itertools.chain(model.named_parameters(), model.named_buffers()) if v.is_meta]
 
 
 def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str = "AutoModel", role: str,
-               trust_remote_code: bool = False) -> torch.nn.Module:
+               trust_remote_code: bool = False, report: dict | None = None, num_labels: int | None = None
+               ) -> torch.nn.Module:
     """A model for ``checkpoint`` in eval mode: its architecture, then its weights.
 
     arch : a Hugging Face config folder, a ``module:function`` / ``file.py:function`` factory returning
@@ -234,8 +286,16 @@ def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str
         ``--<word>-arch`` option in the hint for a missing architecture).
     trust_remote_code : run the Python code a config folder names (``auto_map``); off by default, and
         such a folder is then refused (see the module docstring).
+    num_labels : the number of labels of a Hugging Face task class built from a config folder (replacing the
+        config's; for a base folder, whose config.json names none).
+    report : a dict that receives what loading a Hugging Face checkpoint into another class of the same model
+        did (:func:`hf_checkpoint_keys`: ``prefix`` added or stripped, ``fresh`` head parameters the model
+        initialised itself, ``dropped`` checkpoint keys it has no place for).
 
-    The checkpoint must fit exactly: every parameter given, no unknown key, the same shapes.
+    The checkpoint must fit: every parameter given, no unknown key, the same shapes -- except that a Hugging Face
+    model takes a checkpoint of its base model or of another head class by transformers' own prefix rule
+    (:func:`hf_checkpoint_keys`; e.g. an ``all-MiniLM-L6-v2`` folder saved as ``BertModel`` loaded as
+    ``BertForSequenceClassification``: the classifier is then new).
     """
     from ftlab.core.usercode import blame, load_callable
 
@@ -248,14 +308,16 @@ def load_model(arch: str | None, checkpoint: str | os.PathLike, *, hf_class: str
             flag = f"--{role.split()[0]}-arch"
             raise ValueError(f"{role}: {checkpoint!r} is not a Hugging Face folder; give its architecture with {flag}")
     if Path(arch).is_dir():
-        model = _hf_model(Path(arch), hf_class, role, trust_remote_code)
+        model = _hf_model(Path(arch), hf_class, role, trust_remote_code, num_labels)
     else:
         factory = load_callable(arch, f"{role} architecture")
         with blame(f"{role}: architecture factory {arch}"):
             model = factory()
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"{role}: the architecture factory returned {type(model).__name__}, not an nn.Module")
-    state = load_state_dict(checkpoint)
+    state, loaded = hf_checkpoint_keys(model, load_state_dict(checkpoint))
+    if report is not None:
+        report.update(loaded)
     _fit_weights(model, state, checkpoint, role)
     model.load_state_dict(state, strict=False, assign=bool(_on_meta(model)))  # built on meta: take the tensors
     meta = _on_meta(model)

@@ -244,8 +244,11 @@ def _lora_layout(mod: nn.Module | None, deltas: Mapping[str, torch.Tensor]) -> t
 
 
 def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *, max_rank: int | None = None,
-               rtol: float | None = None, base_name: str | None = None) -> dict:
+               rtol: float | None = None, base_name: str | None = None, saved: tuple[str, ...] = ()) -> dict:
     """Write ``tau`` (keyed by the target's names) into ``folder`` as a PEFT LoRA adapter for ``target``.
+
+    ``saved``: modules written whole (``modules_to_save``, ``base + delta``) even where a LoRA could hold their
+    delta, e.g. a new task head (:mod:`ftlab.transfer.heads`), whose values must not depend on the target's own.
 
     Returns the per-module report ``{"modules": {name: {"rank", "truncation_error"}}, "modules_to_save": [...]}``.
     ``folder`` must exist (the caller stages it); files are ``adapter_config.json`` and
@@ -257,8 +260,8 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
     base = target.state_dict()
     by_module: dict[str, dict[str, torch.Tensor]] = {}
     for key, t in tau.items():
-        if torch.count_nonzero(t):
-            mod, _, attr = key.rpartition(".")
+        mod, _, attr = key.rpartition(".")
+        if torch.count_nonzero(t) or mod in saved:
             by_module.setdefault(mod, {})[attr] = t
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
@@ -268,7 +271,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
     lora_bias = False
     for name, deltas in by_module.items():
         mod = mods.get(name)
-        layout = _lora_layout(mod, deltas)
+        layout = None if name in saved else _lora_layout(mod, deltas)
         if layout is None:
             prefix = f"{name}." if name else ""
             report["modules_to_save"].append(name)

@@ -29,6 +29,7 @@ import torch
 
 from ftlab.core.validate import check_choice, check_int
 from ftlab.transfer.align import SEQ_ALIGN, SeqAlign
+from ftlab.transfer.heads import HEAD_RULES, HeadRule
 from ftlab.transfer.layer_map import COPY_MODES, DEFAULT_DEPTH_RULE, DEPTH_RULES, CopyMode, DepthRule
 from ftlab.transfer.repair import REPAIR_MODES, RepairMode
 from ftlab.transfer.spec import DEFAULT_ZERO, NormGain, Rule
@@ -151,6 +152,16 @@ class TransferOptions:
         "auto", "how calibration statistics are kept: auto (the rows themselves for maps at least 256 wide that see "
         "fewer rows than their width: memory and solves in the cost of the rank; float64 cross-covariance sums "
         "otherwise) or dense (always the sums)", "choice", ("auto", "dense"))
+    new_heads: tuple[str, ...] = _opt(
+        ("auto",), "task heads that are new in both bases (random in A and in B): target module-name globs, and auto "
+        "(a PEFT adapter's modules_to_save outside the Hugging Face base model that end in num_labels outputs, "
+        "with the target's head modules); comma-separated on the command line, empty for none; see "
+        "ftlab.transfer.heads", "globs")
+    heads: HeadRule = _opt(
+        "refit", "how B's new head is made: refit (fitted in closed form on the labelled calibration rows, on the "
+        "features of B + alpha tau_B), carry (A's trained head carried whole by the map of its input rows) or delta "
+        "(trained minus random head transported like any parameter); ftlab's option, default chosen on validation "
+        "data of a design task", "choice", HEAD_RULES)
 
     def __post_init__(self) -> None:
         check_choice("depth_map", self.depth_map, DEPTH_RULES)
@@ -175,6 +186,10 @@ class TransferOptions:
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
         check_choice("norm_gain", self.norm_gain, ("vector", "diagonal"))
         check_choice("statistics", self.statistics, ("auto", "dense"))
+        check_choice("heads", self.heads, HEAD_RULES)
+        if isinstance(self.new_heads, str):
+            raise ValueError(f"new_heads={self.new_heads!r} is invalid: must be a list of module-name globs or 'auto'")
+        object.__setattr__(self, "new_heads", tuple(self.new_heads))
         self._check_structures()
         if self.memory_limit is not None and not (isinstance(self.memory_limit, (int, float)) and self.memory_limit > 0):
             raise ValueError(f"memory_limit={self.memory_limit!r} is invalid: must be a positive number of bytes")
@@ -275,7 +290,7 @@ def _from_json(name: str, v: Any) -> Any:
         if not isinstance(v, Mapping):
             raise ValueError("stages must be a mapping {stack path: [source ids, target ids]}")
         return {str(k): (tuple(a), tuple(b)) for k, (a, b) in v.items()}
-    if name == "zero_params":
+    if name in ("zero_params", "new_heads"):
         return tuple(v)
     return v
 
