@@ -41,12 +41,14 @@ def _diagnosis(estimate: float) -> Diagnosis:
                      n_batches=1)
 
 
-def test_expectation_warns_below_the_threshold_and_names_the_losing_layers():
+def test_expectation_calls_an_estimate_below_the_threshold_low_and_names_the_losing_layers():
     low = expectation(_diagnosis(0.2), threshold=0.5)
     assert low.below and low.layers[0] == "l0" and set(low.layers) == {"l0", "l1", "l2"}
-    assert low.message().startswith("warning: the transfer is expected to score below the target's own accuracy")
+    assert low.message().startswith("note: low estimated carried share 0.20 < 0.50") and "l0, l2, l1" in low.message()
+    assert low.record()["low_estimate"] is True and "expected" not in low.message()  # an estimate, not a prediction
     high = expectation(_diagnosis(0.8), threshold=0.5)
-    assert not high.below and "not expected" in high.message()
+    assert not high.below and high.message().startswith("estimated carried share 0.80 >= 0.50")
+    assert "held-out data" in high.message()  # a high estimate does not make a transfer safe
     assert expectation(_diagnosis(0.8)).threshold == BELOW_TARGET_ESTIMATE
     with pytest.raises(ValueError, match="no finite estimate"):
         expectation(_diagnosis(float("nan")))

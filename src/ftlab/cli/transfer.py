@@ -19,7 +19,7 @@ from ftlab.cli.transfer_inputs import (
     with_fresh_heads,
     with_tokenizer_vocab_map,
 )
-from ftlab.cli.transfer_outputs import BELOW_ADVICE, rank_advice, write_diagnosis, write_full, write_lora_output
+from ftlab.cli.transfer_outputs import LOW_ESTIMATE_ADVICE, rank_advice, write_diagnosis, write_full, write_lora_output
 from ftlab.transfer.align import RankWarning
 from ftlab.transfer.methods import list_methods, method_names, option_help, reads_batches
 from ftlab.transfer.options import TransferOptions, cli_fields, parse_cli_value
@@ -195,12 +195,12 @@ def transfer(**a):
                                alignment residuals); time and peak memory; "diagnostic": the
                                estimated share of the task vector that carries over and ftlab's rule
 
-    Nothing is written unless the whole transfer succeeds. When ftlab's rule expects the transfer
-    to score below the target's own accuracy at alpha = 1 (estimated carried share below its
-    threshold), one warning line goes to stderr before anything is written; the transfer goes on.
-    With --diagnose, nothing is transferred: diagnosis.json holds per layer the alignment of A and
-    B, an estimate of the share of the task vector that will carry over and the rule's verdict
-    (see docs/transfer.md, "Before trusting a transfer").
+    Nothing is written unless the whole transfer succeeds. Before anything is written, one line on
+    stderr gives the estimated share of the task vector that carries over (with what to try when it
+    is low); it estimates alignment, not accuracy -- on ftlab's benchmark it did not tell harmful
+    transfers from helpful ones -- so check the result on held-out data. With --diagnose, nothing
+    is transferred: diagnosis.json holds per layer the alignment of A and B and the estimate (see
+    docs/transfer.md, "Before trusting a transfer").
 
     \b
     Examples:
@@ -322,8 +322,8 @@ def _run(a: dict, m, opts) -> None:
         res = fit_transfer(A, A_ft, B, loss=loss, method=m, options=opts, **kw)
     notes = [f.note for pair in res.fits.values() for f in {id(x): x for x in pair if x is not None}.values() if f.note]
     rule = _expectation(res)
-    if rule is not None and rule.below:  # said before anything is written; the transfer goes on
-        click.echo(f"ftlab transfer: {rule.message()}; {BELOW_ADVICE}", err=True)
+    if rule is not None:  # said before anything is written; the transfer goes on
+        click.echo(f"ftlab transfer: {rule.message()}" + (f"; {LOW_ESTIMATE_ADVICE}" if rule.below else ""), err=True)
     report = {"ftlab_version": __version__, "inputs": inputs, "alpha": a["alpha"], "out_format": fmt, **res.report(),
               "diagnostic": rule.record() if rule else None, "rank_notes": notes,
               "total_time_s": time.perf_counter() - t0}

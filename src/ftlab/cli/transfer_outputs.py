@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-__all__ = ["BELOW_ADVICE", "TOKENIZER_FILES", "rank_advice", "write_diagnosis", "write_full", "write_lora_output"]
+__all__ = ["LOW_ESTIMATE_ADVICE", "TOKENIZER_FILES", "rank_advice", "write_diagnosis", "write_full", "write_lora_output"]
 
 #: Tokenizer files copied from a Hugging Face target's folder, so that --out loads with its tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
@@ -85,10 +85,10 @@ def write_lora_output(out: Path, *, result, target, alpha: float, max_rank: int 
     return files + ["report.json"], lora
 
 
-#: What to do when ftlab's rule expects the transfer below the target's own accuracy (appended to the warning).
-BELOW_ADVICE = ("to act on it: more calibration data (--data, --max-samples), alpha chosen on held-out data "
-                "(search_alpha in Python; --alpha), a short heal on labelled data (--heal-steps, LoRA output), "
-                "and for BatchNorm targets the statistics repair (--repair, on by default)")
+#: What to try when the estimated carried share is low (appended to the note).
+LOW_ESTIMATE_ADVICE = ("to try: more calibration data (--data, --max-samples), alpha chosen on held-out data "
+                       "(search_alpha in Python; --alpha), a short heal on labelled data (--heal-steps, LoRA output), "
+                       "and for BatchNorm targets the statistics repair (--repair, on by default)")
 
 
 def rank_advice(result, options) -> str:

@@ -83,12 +83,14 @@ TEXT = {
         "printing only at an operating point with at most {fa:.0f}% false alarms and at least {hits:.0f}% hits, chosen "
         "on the validation outcomes of the design cells and checked on the cells that did not set it."),
     "diagnostic": (
-        "### Where BiCo harms, said before: the diagnostic\n\n`ftlab.transfer.diagnose` estimates the share of the "
+        "### The diagnostic's threshold, checked\n\n`ftlab.transfer.diagnose` estimates the share of the "
         "task vector that carries over from the Procrustes similarity of each layer's statistics, weighted by where "
-        "the task vector sits (ftlab's estimator). ftlab's rule (`ftlab.transfer.diagnose.expectation`) expects a "
-        "transfer below the target's own accuracy at α = 1 when the estimate is below a threshold, set on the "
-        "validation cells of the EfficientNet-Lite pairs and the controlled ViTs and judged on the test cells of the "
-        "text pairs, which did not set it. {rule_text}"),
+        "the task vector sits (ftlab's estimator). ftlab's rule (`ftlab.transfer.diagnose.expectation`) was first "
+        "meant to expect a transfer below the target's own accuracy at α = 1 when the estimate is below a threshold; "
+        "here that threshold is set on the validation cells of the EfficientNet-Lite pairs and the controlled ViTs "
+        "and judged on the test cells of the text pairs, which did not set it (\"warned\" counts the cells the "
+        "threshold calls low). Where the AUROC above shows no operating point, `ftlab transfer` reports the estimate "
+        "as an estimate of alignment only, never as a prediction of accuracy. {rule_text}"),
     "layers": (
         "### Where the task vector sits and how well the bases align (BiCo's fit, 100 samples)\n\nMedians over the "
         "layers of each fifth of the target's depth, over tasks and seeds, of the Procrustes similarity "
