@@ -133,6 +133,53 @@ def _lr_at(cfg: TrainConfig, step: int, planned: int) -> float:
     return 0.5 * cfg.lr * (1 + math.cos(math.pi * (step - warm) / max(1, planned - warm)))
 
 
+def _trainable(model: nn.Module, frozen: Sequence[str]) -> list[nn.Parameter]:
+    """Set ``requires_grad`` by ``frozen`` (parameter names or module prefixes) and return the trainable parameters."""
+    params = []
+    for name, p in model.named_parameters():
+        off = any(name == f or name.startswith(f + ".") for f in frozen)
+        p.requires_grad_(not off)
+        if not off:
+            params.append(p)
+    return params
+
+
+def _optimizer(cfg: TrainConfig, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def _schedule(cfg: TrainConfig, n: int) -> tuple[int, int, int, int, int]:
+    """``(batch size, steps per epoch, planned steps, steps run, epochs to iterate)`` for ``n`` rows."""
+    bs = n if cfg.batch_size is None else min(cfg.batch_size, n)
+    per_epoch = n // bs if cfg.drop_last else math.ceil(n / bs)
+    planned = cfg.epochs * per_epoch if cfg.epochs is not None else math.inf
+    if cfg.max_steps is not None:
+        planned = min(planned, cfg.max_steps)
+    n_planned = int(planned)
+    n_run = n_planned if cfg.stop_steps is None else min(n_planned, cfg.stop_steps)
+    budget_epochs = math.ceil(n_run / per_epoch) if cfg.epochs is None or n_run < n_planned else cfg.epochs
+    return bs, per_epoch, n_planned, n_run, budget_epochs
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, params: list[nn.Parameter], x, y: torch.Tensor,
+          cls: torch.Tensor | None, loss_fn: Callable, clip: float) -> float:
+    """One optimiser step on the batch ``(x, y)``; the batch loss (non-finite: no step taken)."""
+    logits = model(x)
+    if cls is not None:
+        logits = logits[:, cls]
+    value = loss_fn(logits, y)
+    if not torch.isfinite(value.detach()):
+        return float(value.detach())
+    opt.zero_grad(set_to_none=True)
+    value.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+    return float(value.detach())
+
+
 def train_(model: nn.Module, inputs: Inputs, labels: torch.Tensor, *, config: TrainConfig, seed: int = 0,
            loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
            classes: Sequence[int] | None = None, desc: str | None = None) -> TrainResult:
@@ -152,25 +199,9 @@ def train_(model: nn.Module, inputs: Inputs, labels: torch.Tensor, *, config: Tr
     loss_fn = loss if loss is not None else F.cross_entropy
     cls = torch.as_tensor(list(classes), dtype=torch.long) if classes is not None else None
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    params = []
-    for name, p in model.named_parameters():
-        frozen = any(name == f or name.startswith(f + ".") for f in cfg.frozen)
-        p.requires_grad_(not frozen)
-        if not frozen:
-            params.append(p)
-    if cfg.optimizer == "sgd":
-        opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                                                     weight_decay=cfg.weight_decay)
-    else:
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    bs = n if cfg.batch_size is None else min(cfg.batch_size, n)
-    per_epoch = n // bs if cfg.drop_last else math.ceil(n / bs)
-    planned = cfg.epochs * per_epoch if cfg.epochs is not None else math.inf
-    if cfg.max_steps is not None:
-        planned = min(planned, cfg.max_steps)
-    n_planned = int(planned)
-    n_run = n_planned if cfg.stop_steps is None else min(n_planned, cfg.stop_steps)
-    budget_epochs = math.ceil(n_run / per_epoch) if cfg.epochs is None or n_run < n_planned else cfg.epochs
+    params = _trainable(model, cfg.frozen)
+    opt = _optimizer(cfg, params)
+    bs, per_epoch, n_planned, n_run, budget_epochs = _schedule(cfg, n)
     np_rng = np.random.default_rng(seed) if cfg.order == "numpy" else None
     gen = torch.Generator().manual_seed(int(seed)) if cfg.order == "torch" else None
     steps, epochs, last, batch_loss = 0, 0, math.inf, math.nan
@@ -188,18 +219,10 @@ def train_(model: nn.Module, inputs: Inputs, labels: torch.Tensor, *, config: Tr
                     idx = perm[i * bs:(i + 1) * bs]
                     for g in opt.param_groups:
                         g["lr"] = _lr_at(cfg, steps, n_planned)
-                    logits = model(take_rows(inputs, idx))
-                    if cls is not None:
-                        logits = logits[:, cls]
-                    value = loss_fn(logits, labels[idx])
-                    if not torch.isfinite(value.detach()):
-                        return TrainResult(False, steps, math.inf, epochs, float(value.detach()))
-                    opt.zero_grad(set_to_none=True)
-                    value.backward()
-                    if cfg.clip > 0:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.clip)
-                    opt.step()
-                    batch_loss = float(value.detach())
+                    value = _step(model, opt, params, take_rows(inputs, idx), labels[idx], cls, loss_fn, cfg.clip)
+                    if not math.isfinite(value):
+                        return TrainResult(False, steps, math.inf, epochs, value)
+                    batch_loss = value
                     total += batch_loss * len(idx)
                     count += len(idx)
                     steps += 1
