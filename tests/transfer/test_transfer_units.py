@@ -249,6 +249,29 @@ def test_depth_transfer_copies_the_mapped_source_block():
             assert torch.equal(got, tau[f"blocks.{i}.0.weight"]) if i is not None else float(got.abs().max()) == 0
 
 
+
+def test_a_one_block_stack_pairs_with_a_deeper_stack_in_both_directions():
+    """A one-layer model's ``blocks`` (a ModuleList of one block) is a stack of depth 1 where the other model has a
+    deeper stack: the target's blocks all draw from the only source block; a one-block target takes the source block
+    the rule names (nearest_relative: the last). A wrapper around a stack is not a one-block stack."""
+    one, three = Stacked(1).double(), Stacked(3, seed=1).double()
+    lm = build_layer_map(one, three)
+    assert lm.as_dict() == {"blocks": [0, 0, 0]}
+    assert lm.source_name("blocks.2.0.weight") == "blocks.0.0.weight"
+    assert build_layer_map(three, one).as_dict() == {"blocks": [2]}
+    assert build_layer_map(three, one, "prefix").as_dict() == {"blocks": [0]}
+    A_ft = shifted(one, 4)
+    tau = TaskVector.from_models(one, A_ft)
+    tv = transfer(one, A_ft, three, method="naive", depth_map="nearest_relative", copies="sum")
+    for j in range(3):
+        assert torch.equal(tv[f"blocks.{j}.0.weight"], tau["blocks.0.0.weight"])
+    B_ft = shifted(three, 5)
+    tau_b = TaskVector.from_models(three, B_ft)
+    back = transfer(three, B_ft, one, method="naive", depth_map="nearest_relative")
+    assert torch.equal(back["blocks.0.0.weight"], tau_b["blocks.2.0.weight"])
+    wrapped = nn.Sequential(Stacked(3, seed=2).double())
+    assert build_layer_map(wrapped, wrapped).as_dict() == {"0.blocks": [0, 1, 2]}
+
 # -- specs --------------------------------------------------------------------------------------
 
 class Scale(nn.Module):

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from torch import nn
 
 from ftlab.core.hooks import is_hf_conv1d, is_norm
-from ftlab.transfer.layer_map import _rename_fn, find_stacks
+from ftlab.transfer.layer_map import _rename_fn, _stack_pairs
 from ftlab.transfer.spec import RELATIVE_BIAS
 
 __all__ = ["automatic_options", "match_names", "missing_relative_bias", "vocab_map_from_tokenizers"]
@@ -69,22 +69,21 @@ def match_names(source: nn.Module, target: nn.Module) -> dict[str, str] | None:
     See the module docstring for the rule. Raises ``ValueError`` naming the stack when a target stack has no
     source counterpart and its blocks' layers cannot be paired.
     """
-    s_stacks, t_stacks = find_stacks(source), find_stacks(target)
     pieces: dict[str, str] = {}
     sp, tp = _base_prefix(source), _base_prefix(target)
     if sp and tp and sp != tp:
         pieces[tp] = sp
     rename = _rename_fn(pieces) or (lambda n: n)
+    pairs, unpaired = _stack_pairs(source, target, pieces or None)
+    for t_path in unpaired:
+        if rename(t_path) != t_path:  # the same path is left to the layer map, which names the stack
+            raise ValueError(f"target stack {t_path!r} has no counterpart {rename(t_path)!r} in the source; "
+                             "give name_map")
     s_mods = dict(source.named_modules())
     t_mods = dict(target.named_modules())
     inner: dict[str, str] = {}
-    for t_path, st in t_stacks.items():
-        s_path = rename(t_path)
-        if s_path not in s_stacks:
-            if t_path == s_path:
-                continue  # left to the layer map, which names the stack
-            raise ValueError(f"target stack {t_path!r} has no counterpart {s_path!r} in the source; give name_map")
-        ss = s_stacks[s_path]
+    for t_path, (ss, st) in pairs.items():
+        s_path = ss.path
         t_layers = _layers(t_mods[st.block_name(0)])
         s_layers = _layers(s_mods[ss.block_name(0)])
         if [k for _, k in t_layers] != [k for _, k in s_layers]:
@@ -101,13 +100,10 @@ def match_names(source: nn.Module, target: nn.Module) -> dict[str, str] | None:
     found = {**pieces, **inner}
     check = _rename_fn(found)
     assert check is not None
-    for t_path, st in t_stacks.items():  # every paired layer must land on its intended source layer
-        s_path = rename(t_path)
-        if s_path not in s_stacks:
-            continue
-        for (tn, _), (sn, _) in zip(_layers(t_mods[st.block_name(0)]), _layers(s_mods[s_stacks[s_path].block_name(0)])):
+    for t_path, (ss, st) in pairs.items():  # every paired layer must land on its intended source layer
+        for (tn, _), (sn, _) in zip(_layers(t_mods[st.block_name(0)]), _layers(s_mods[ss.block_name(0)])):
             got = check(f"{st.block_name(0)}.{tn}")
-            want = f"{s_stacks[s_path].block_name(0)}.{sn}"
+            want = f"{ss.block_name(0)}.{sn}"
             if got != want:
                 raise ValueError(f"the layer names of target stack {t_path!r} cannot be mapped piece by piece "
                                  f"({st.block_name(0)}.{tn} -> {got}, not {want}); give name_map")

@@ -5,7 +5,11 @@
 all are of one class (``encoder.layer.3``, ``blocks.7``, ``_blocks.12``; the ``nn.Linear`` layers
 ``0``, ``2``, ``4`` of ``nn.Sequential(Linear, ReLU, Linear, ReLU, Linear)``: parameter-free
 children such as activations are skipped). A model may hold several stacks (T5: encoder and
-decoder); each target stack is paired with the source stack at the same path. A stack nested inside the blocks of
+decoder); each target stack is paired with the source stack at the same path. A container holding
+a single block with parameters (and no stack inside it) is a stack of depth 1 -- a one-layer
+encoder's ``encoder.layer`` -- where the other model holds a stack of two or more blocks at the paired
+path (in either direction); a one-block container facing nothing, or another one-block container,
+stays outside the map (its names map to themselves, as before). A stack nested inside the blocks of
 another (hierarchical models: ``layers.2.blocks.5``, a stage of blocks inside a stack of stages) is
 mapped inside the block it belongs to: target block ``j`` of the outer stack takes source block
 ``i(j)``, and the nested stack of that target block is paired with the nested stack of source block
@@ -122,6 +126,48 @@ def find_stacks(model: nn.Module, *, nested: bool = False) -> dict[str, Stack]:
     return found
 
 
+def _one_block_stacks(model: nn.Module, *, nested: bool) -> dict[str, Stack]:
+    """Containers (``nn.ModuleList`` / ``nn.Sequential``) with exactly one child that has parameters and holds no
+    stack, as stacks of depth 1, by path; with ``nested=False`` only those outside every outermost stack."""
+    stacks = find_stacks(model, nested=True)
+    tops = find_stacks(model)
+    found: dict[str, Stack] = {}
+    for name, mod in model.named_modules():
+        if not isinstance(mod, (nn.ModuleList, nn.Sequential)):
+            continue
+        kids = [n for n, k in mod.named_children() if any(True for _ in k.parameters())]
+        if len(kids) != 1:
+            continue
+        block = join(name, kids[0])
+        if any(p == block or p.startswith(block + ".") for p in stacks):
+            continue  # a wrapper around a stack, not a stack of one block
+        if not nested and any(t == "" or name.startswith(t + ".") for t in tops):
+            continue
+        found[name] = Stack(name, (kids[0],))
+    return found
+
+
+def _stack_pairs(source: nn.Module, target: nn.Module, name_map: NameMap
+                 ) -> tuple[dict[str, tuple[Stack, Stack]], dict[str, Stack]]:
+    """``({target path: (source stack, target stack)}, {target path: stack without a source counterpart})`` for
+    the outermost stacks, one-block stacks included where they face a deeper stack (the module docstring)."""
+    rename = _rename_fn(name_map) or (lambda n: n)
+    s_top, t_top = find_stacks(source), find_stacks(target)
+    s_one, t_one = _one_block_stacks(source, nested=False), _one_block_stacks(target, nested=False)
+    pairs: dict[str, tuple[Stack, Stack]] = {}
+    unpaired: dict[str, Stack] = {}
+    for path, st in t_top.items():
+        ss = s_top.get(rename(path)) or s_one.get(rename(path))
+        if ss is None:
+            unpaired[path] = st
+        else:
+            pairs[path] = (ss, st)
+    for path, st in t_one.items():
+        if rename(path) in s_top:
+            pairs[path] = (s_top[rename(path)], st)
+    return pairs, unpaired
+
+
 def depth_map(n_source: int, n_target: int, rule: DepthRule = DEFAULT_DEPTH_RULE) -> list[int | None]:
     """``[i(0), ..., i(L_B - 1)]`` for the rules that need no data (``stage_relative``: one stage)."""
     check_int("n_source", n_source, 1)
@@ -183,7 +229,7 @@ def stage_depth_map(stages_a: Sequence[int], stages_b: Sequence[int], *, sig_a: 
         def transition(sig, st):
             return sig is not None and len(st) >= 2 and sig[st[0]] != sig[st[1]]
 
-        if len(sb) == 1:
+        if len(sb) == 1 and len(gb) > 1:  # a one-block stage of several (a stack of one stage: nearest_relative)
             out[sb[0]] = sa[0]
         elif len(sa) >= 2 and transition(sig_a, sa) and transition(sig_b, sb):
             out[sb[0]] = sa[0]
@@ -331,6 +377,7 @@ class _Builder:
         self.source, self.target, self.rule = source, target, rule
         self.cka_scores, self.block_shapes, self.stages = cka_scores, block_shapes, stages
         self.s_all, self.t_all = find_stacks(source, nested=True), find_stacks(target, nested=True)
+        self.s_one, self.t_one = _one_block_stacks(source, nested=True), _one_block_stacks(target, nested=True)
         self.maps: dict[str, list[int | None]] = {}
         self.sources: dict[str, str] = {}
         self.blocks: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
@@ -365,8 +412,8 @@ class _Builder:
             return self._stage_map(t_path, ss, st)
         return depth_map(ss.depth, st.depth, self.rule)  # type: ignore[arg-type]
 
-    def pair(self, t_path: str, s_path: str, top: bool) -> None:
-        st, ss = self.t_all[t_path], self.s_all[s_path]
+    def pair(self, st: Stack, ss: Stack, top: bool) -> None:
+        t_path, s_path = st.path, ss.path
         if top:
             self.maps[t_path] = self._top_map(t_path, ss, st)
         else:
@@ -379,14 +426,16 @@ class _Builder:
             if i is None:
                 continue
             prefix = st.block_name(j) + "."
-            for sub in self.t_all:
+            t_cand = {**self.t_one, **self.t_all}
+            for sub, t_sub in t_cand.items():
                 if not sub.startswith(prefix):
                     continue
-                if any(o != sub and o.startswith(prefix) and sub.startswith(o + ".") for o in self.t_all):
+                if any(o != sub and o.startswith(prefix) and sub.startswith(o + ".") for o in t_cand):
                     continue  # deeper than the next level: handled by its own parent
-                s_sub = f"{ss.block_name(i)}.{sub[len(prefix):]}"
-                if s_sub in self.s_all:
-                    self.pair(sub, s_sub, False)
+                s_path_sub = f"{ss.block_name(i)}.{sub[len(prefix):]}"
+                s_sub = self.s_all.get(s_path_sub) or self.s_one.get(s_path_sub)
+                if s_sub is not None and max(s_sub.depth, t_sub.depth) > 1:
+                    self.pair(t_sub, s_sub, False)
 
 
 def build_layer_map(source: nn.Module, target: nn.Module, rule: DepthRule = DEFAULT_DEPTH_RULE, *,
@@ -403,25 +452,18 @@ def build_layer_map(source: nn.Module, target: nn.Module, rule: DepthRule = DEFA
     Raises ``ValueError`` when a target stack has no counterpart in the source.
     """
     check_choice("depth_map", rule, DEPTH_RULES)
-    rename = _rename_fn(name_map)
     b = _Builder(source, target, rule, cka_scores, block_shapes, stages)
-    s_top = find_stacks(source)
-    for path, st in find_stacks(target).items():
-        s_path = rename(path) if rename is not None else path
-        if s_path not in s_top:
-            raise ValueError(f"target stack {path!r} ({st.depth} blocks) has no counterpart in the source model "
-                             f"(source stacks: {sorted(s_top) or 'none'})")
-        b.pair(path, s_path, True)
+    pairs, unpaired = _stack_pairs(source, target, name_map)
+    if unpaired:
+        path, st = next(iter(unpaired.items()))
+        raise ValueError(f"target stack {path!r} ({st.depth} blocks) has no counterpart in the source model "
+                         f"(source stacks: {sorted(find_stacks(source)) or 'none'})")
+    for ss, st in pairs.values():
+        b.pair(st, ss, True)
     return LayerMap(b.maps, b.sources, rename=name_map, stages=b.used_stages, blocks=b.blocks, fallback=b.fallback)
 
 
 def paired_stacks(source: nn.Module, target: nn.Module, name_map: NameMap = None) -> dict[str, tuple[Stack, Stack]]:
-    """``{target path: (source stack, target stack)}`` for the outermost target stacks that have a source counterpart."""
-    rename = _rename_fn(name_map)
-    s_top, t_top = find_stacks(source), find_stacks(target)
-    out = {}
-    for path, st in t_top.items():
-        s_path = rename(path) if rename is not None else path
-        if s_path in s_top:
-            out[path] = (s_top[s_path], st)
-    return out
+    """``{target path: (source stack, target stack)}`` for the outermost target stacks that have a source counterpart
+    (a one-block stack facing a deeper one included, see the module docstring)."""
+    return _stack_pairs(source, target, name_map)[0]
