@@ -27,7 +27,8 @@ def _tokenizer(folder: Path):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+    tok = transformers.BertTokenizerFast(vocab=str(folder / "vocab.txt"))
+    assert len(tok) == len(vocab)  # this transformers ignores vocab_file=: every text would become [UNK]
     tok.save_pretrained(str(folder))
     return tok
 
