@@ -7,7 +7,12 @@ The task vector of a LoRA module is its merged delta (float64, so that it keeps 
 per-module ``rank_pattern``/``alpha_pattern``), in the
 layout of the base weight: transposed for ``fan_in_fan_out`` layers (GPT-2's ``Conv1D``), ``(B A)^T``
 for embeddings, reshaped to the kernel for convolutions; ``lora_bias`` adds ``scaling * b`` to the base
-bias. ``modules_to_save`` (a retrained head, say) contribute ``saved - base``. Other adapter types
+bias. ``modules_to_save`` (a retrained head, say) contribute ``saved - base``, and so do the base weights PEFT
+saves with a targeted ``embed_tokens``/``lm_head`` (``<module>.base_layer.weight``, ``save_embedding_layers``;
+zero when the adapter was made on this base). A weight tied to another module's (``tie_word_embeddings``: the
+LM head shares the embedding table) is one tensor with two uses; a LoRA or saved copy of one module changes one
+use only, which no delta of the shared tensor holds, so an adapter changing a tied weight is refused (read and
+write). Other adapter types
 (DoRA, IA³, prompt tuning, LoHa, ...) and LoRA features ftlab does not read (layer replication,
 target parameters, trainable tokens, ...) are refused in one line naming them.
 
@@ -114,10 +119,12 @@ def _weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     raise FileNotFoundError(f"adapter folder {str(folder)!r} holds no {' or '.join(WEIGHTS)}")
 
 
-def _group(state: Mapping[str, torch.Tensor], path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
-    """LoRA tensors per module (``A``, ``B``, ``b``, ``emb``) and modules_to_save tensors by base name."""
+def _group(state: Mapping[str, torch.Tensor], path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict, dict]:
+    """LoRA tensors per module (``A``, ``B``, ``b``, ``emb``), modules_to_save tensors by base name, and the base
+    weights of targeted layers that PEFT saved with the adapter (``<module>.base_layer.<p>``) by base name."""
     lora: dict[str, dict[str, torch.Tensor]] = {}
     saved: dict[str, torch.Tensor] = {}
+    copies: dict[str, torch.Tensor] = {}
     parts = {".lora_A.weight": "A", ".lora_B.weight": "B", ".lora_B.bias": "b", ".lora_embedding_A": "A",
              ".lora_embedding_B": "B"}
     for key, t in state.items():
@@ -129,12 +136,32 @@ def _group(state: Mapping[str, torch.Tensor], path: Path) -> tuple[dict[str, dic
                 lora[name[: -len(hit)]]["emb"] = t
         elif ".lora_" in name:
             raise ValueError(f"{path}: tensor {key!r} is not a LoRA tensor ftlab reads")
+        elif ".base_layer." in name:
+            copies[name.replace(".base_layer.", ".", 1)] = t
         else:
             saved[name] = t
     for mod, ts in lora.items():
         if "A" not in ts or "B" not in ts:
             raise ValueError(f"{path}: module {mod!r} has {'lora_B' if 'B' in ts else 'lora_A'} but not its pair")
-    return lora, saved
+    return lora, saved, copies
+
+
+def _tied(model: nn.Module) -> dict[str, str]:
+    """``{parameter name: another name of the same tensor}`` for the parameters two modules share (tied weights)."""
+    names: dict[int, list[str]] = {}
+    for k, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(k)
+    return {k: next(o for o in ks if o != k) for ks in names.values() if len(ks) > 1 for k in ks}
+
+
+def _refuse_tied(model: nn.Module, changed, where: str) -> None:
+    """``ValueError`` when a name in ``changed`` is a weight tied to another module's (see the module docstring)."""
+    tied = _tied(model)
+    hit = next((k for k in changed if k in tied), None)
+    if hit is not None:
+        raise ValueError(f"{where} changes {hit!r}, which is tied to {tied[hit]!r} (one tensor, two uses: "
+                         "tie_word_embeddings); a LoRA or saved copy of one module changes one use only, which ftlab "
+                         "does not carry: leave the tied layers out of the adapter")
 
 
 def _delta(mod: nn.Module, A: torch.Tensor, B: torch.Tensor, scaling: float, name: str, fan_in_fan_out: bool,
@@ -157,12 +184,13 @@ def read_lora(folder: str | os.PathLike, base: nn.Module) -> LoraAdapter:
     """The task vector of the LoRA adapter in ``folder`` against ``base`` (see the module docstring).
 
     Raises ``ValueError`` naming the file and the field or module for an adapter ftlab does not read or one
-    made for another base (a target module missing from ``base``, shapes that do not fit).
+    made for another base (a target module missing from ``base``, shapes that do not fit), and for one that changes
+    a weight ``base`` ties to another module's.
     """
     folder = Path(folder)
     cfg = _read_config(folder)
     path, state = _weights(folder)
-    lora, saved = _group(state, path)
+    lora, saved, copies = _group(state, path)
     mods = dict(base.named_modules())
     params = {k: p.detach() for k, p in base.state_dict().items()}
     out: dict[str, torch.Tensor] = {}
@@ -181,14 +209,17 @@ def read_lora(folder: str | os.PathLike, base: nn.Module) -> LoraAdapter:
                 raise ValueError(f"{path}: module {name!r} has a lora_B bias but the base module has no bias")
             out[f"{name}.bias"] = scaling * ts["b"].double()
         ranks[name], scalings[name] = r, scaling
-    for key, t in saved.items():
-        if key not in params:
-            raise ValueError(f"{path}: saved tensor {key!r} (modules_to_save) is not in the base model")
-        if tuple(t.shape) != tuple(params[key].shape):
-            raise ValueError(f"{path}: saved tensor {key!r} has shape {tuple(t.shape)} but the base's is "
-                             f"{tuple(params[key].shape)}")
-        if t.is_floating_point():
-            out[key] = t.double() - params[key].cpu().double()
+    for what, tensors in (("modules_to_save", saved), ("a targeted layer's base weight", copies)):
+        for key, t in tensors.items():
+            if key not in params:
+                raise ValueError(f"{path}: saved tensor {key!r} ({what}) is not in the base model")
+            if tuple(t.shape) != tuple(params[key].shape):
+                raise ValueError(f"{path}: saved tensor {key!r} has shape {tuple(t.shape)} but the base's is "
+                                 f"{tuple(params[key].shape)}")
+            if t.is_floating_point():  # a targeted layer's base weight adds to its LoRA delta
+                d = t.double() - params[key].cpu().double()
+                out[key] = out[key] + d if key in out else d
+    _refuse_tied(base, [k for k, v in out.items() if torch.count_nonzero(v)], f"{path}: the adapter")
     full = {k: out.get(k, torch.zeros_like(v.cpu(), dtype=torch.float64)) for k, v in params.items()
             if v.is_floating_point()}
     mts = tuple(sorted({k.rpartition(".")[0] for k in saved}))
@@ -252,7 +283,8 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
 
     Returns the per-module report ``{"modules": {name: {"rank", "truncation_error"}}, "modules_to_save": [...]}``.
     ``folder`` must exist (the caller stages it); files are ``adapter_config.json`` and
-    ``adapter_model.safetensors``.
+    ``adapter_model.safetensors``. A nonzero delta on a weight ``target`` ties to another module's (an embedding
+    table shared with the LM head) is refused: a LoRA on one of its modules would change one use only.
     """
     from ftlab.transfer.io import save_state_dict
 
@@ -263,6 +295,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
         mod, _, attr = key.rpartition(".")
         if torch.count_nonzero(t) or mod in saved:
             by_module.setdefault(mod, {})[attr] = t
+    _refuse_tied(target, [k for k, t in tau.items() if torch.count_nonzero(t)], "the task vector")
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
     widths: dict[str, int] = {}  # output width of each LoRA module (rows of B)
