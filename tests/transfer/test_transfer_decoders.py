@@ -154,6 +154,35 @@ def test_a_decoder_adapter_read_and_written_back_by_ftlab_is_the_same_adapter(ar
     assert rel(ad.task_vector, truth) < 1e-6  # what ftlab reads is peft's merge
 
 
+@pytest.mark.parametrize("arch", ["qwen2_tied", "gpt2"])
+def test_an_adapter_that_trains_the_targeted_biases_round_trips(arch, tmp_path):
+    """peft's ``bias="lora_only"`` saves each targeted layer's trained bias as ``<module>.base_layer.bias`` (Qwen2's
+    q/k/v and GPT-2's ``Conv1D`` layers have biases): read as the bias delta and written back so that peft loads it
+    without warnings and merges it."""
+    A = build(arch, 32)
+    _, modules, fifo = ARCHS[arch]
+    pm = peft.get_peft_model(copy.deepcopy(A), peft.LoraConfig(r=2, target_modules=modules, fan_in_fan_out=fifo,
+                                                                bias="lora_only"))
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for _, p in pm.named_parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    pm.save_pretrained(str(tmp_path / "src"))
+    truth = merged_delta(pm, A)
+    assert any(k.endswith(".bias") and float(v.norm()) > 0 for k, v in truth.items())
+    tau = read_lora(tmp_path / "src", A).task_vector
+    assert rel(tau, truth) < 1e-12
+    out = tmp_path / "back"
+    out.mkdir()
+    write_lora(out, tau, A)
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    # GPT-2: every targeted layer has a bias, so lora_B biases; Qwen2's o_proj and MLP have none, where peft could not
+    # merge a lora_B bias: the trained biases are written as peft writes them
+    assert (cfg["lora_bias"], cfg["bias"]) == ((True, "none") if arch == "gpt2" else (False, "lora_only"))
+    assert rel(merged_delta(peft_load(A, out), A), truth) < 1e-6  # float32 factors and biases
+
+
 # --- across width and depth -----------------------------------------------------------------------------------
 
 #: source and target shapes (width, layers, heads, kv heads): the GQA ratio changes for Llama (2 -> 4) and Qwen2

@@ -24,6 +24,8 @@ relative); ``max_rank`` truncates instead (the relative truncation error of each
 reported). Deltas a LoRA cannot hold (norm gains, grouped convolutions, anything but the weights
 and biases of linear, convolution and embedding layers) make their module a ``modules_to_save``
 entry (saved whole). Every module gets ``lora_alpha = r`` (scaling 1), so ``B @ A`` is the delta.
+Bias deltas of LoRA modules are ``lora_B`` biases (``lora_bias``) when every LoRA module has a bias, else
+the trained biases of peft's ``bias="lora_only"`` (peft cannot merge a ``lora_B`` bias into a layer without one).
 
 Public work on carrying LoRA adapters across bases (LoRASuite, arXiv 2505.13515; LoRA-X, arXiv
 2501.16559) re-factors the transferred update by a truncated SVD at the source rank; ftlab keeps
@@ -301,7 +303,7 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
     widths: dict[str, int] = {}  # output width of each LoRA module (rows of B)
     report: dict = {"modules": {}, "modules_to_save": []}
     fan_in = set()
-    lora_bias = False
+    biases: dict[str, torch.Tensor] = {}  # bias deltas of LoRA modules
     for name, deltas in by_module.items():
         mod = mods.get(name)
         layout = None if name in saved else _lora_layout(mod, deltas)
@@ -322,20 +324,18 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
         ranks[name], widths[name] = int(B.shape[1]), int(B.shape[0])
         tensors.update(kind.lora_tensors(f"{_PREFIX}{name}", B.to(torch.float32), A.to(torch.float32), mod))
         if "bias" in deltas:
-            lora_bias = True
-            tensors[f"{_PREFIX}{name}.lora_B.bias"] = deltas["bias"].to(torch.float32)
+            biases[name] = deltas["bias"]
         report["modules"][name] = {"kind": kind.lora_name, "rank": ranks[name], "truncation_error": err}
     if len(fan_in) > 1:
         raise ValueError("the target mixes Conv1D (fan-in/fan-out) and other layers; one adapter cannot hold both")
-    if lora_bias:  # every LoRA module then has a lora_B bias (zero where its delta has none)
-        for name in ranks:
-            tensors.setdefault(f"{_PREFIX}{name}.lora_B.bias", torch.zeros(widths[name]))
+    bias_mode = _bias_tensors(tensors, biases, {n: mods[n] for n in ranks}, widths)
+    lora_bias = bias_mode == "none" and bool(biases)
     r = max(ranks.values(), default=1)
     config = {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": base_name, "r": r, "lora_alpha": r,
               "rank_pattern": {_exact(n): k for n, k in ranks.items() if k != r},
               "alpha_pattern": {_exact(n): k for n, k in ranks.items() if k != r},
               "target_modules": sorted(ranks), "modules_to_save": report["modules_to_save"] or None,
-              "fan_in_fan_out": bool(fan_in == {True}), "lora_dropout": 0.0, "bias": "none", "lora_bias": lora_bias,
+              "fan_in_fan_out": bool(fan_in == {True}), "lora_dropout": 0.0, "bias": bias_mode, "lora_bias": lora_bias,
               "use_rslora": False, "use_dora": False, "init_lora_weights": True, "inference_mode": True}
     from ftlab.core.results import atomic_write_text
 
@@ -344,6 +344,29 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
     atomic_write_text(folder / CONFIG, json.dumps(config, indent=2) + "\n")
     report["rank"] = r
     return report
+
+
+def _bias_tensors(tensors: dict, biases: Mapping[str, torch.Tensor], modules: Mapping[str, nn.Module],
+                  widths: Mapping[str, int]) -> str:
+    """Add the LoRA modules' bias deltas to ``tensors``; returns the adapter's peft ``bias`` field.
+
+    Where every LoRA module has a bias, they are ``lora_B`` biases (peft's ``lora_bias``; zero where a module's delta
+    has none). peft cannot merge a ``lora_B`` bias into a layer without one (Llama's and Qwen2's ``o_proj`` and MLP
+    next to Qwen2's biased q/k/v), so otherwise they are written as peft writes trained biases (``bias="lora_only"``):
+    each biased LoRA module's ``base_layer.bias``, base plus delta, which peft loads into the base layer.
+    """
+    if not biases:
+        return "none"
+    if all(getattr(m, "bias", None) is not None for m in modules.values()):
+        for name in modules:
+            t = biases.get(name)
+            tensors[f"{_PREFIX}{name}.lora_B.bias"] = torch.zeros(widths[name]) if t is None else t.to(torch.float32)
+        return "none"
+    for name, m in modules.items():
+        if isinstance(b := getattr(m, "bias", None), torch.Tensor):
+            d = biases.get(name)
+            tensors[f"{_PREFIX}{name}.base_layer.bias"] = b.detach().clone() if d is None else b.detach() + d.to(b)
+    return "lora_only"
 
 
 def _exact(name: str) -> str:
