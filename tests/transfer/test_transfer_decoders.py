@@ -191,26 +191,38 @@ SHAPES = {"llama": ((64, 2, 4, 2), (128, 4, 8, 2)), "qwen2_tied": ((64, 2, 4, 2)
           "gpt2": ((64, 2, 4, 4), (128, 4, 8, 8))}
 
 
+def doc_command(hf_class: str) -> list[str]:
+    """The ``ftlab transfer`` arguments of docs/transfer.md's decoder example, with ``--hf-class`` set."""
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "transfer.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- decoder-example -->\n```bash\n(.*?)```", text, re.S)
+    assert block, "docs/transfer.md has no decoder example"
+    argv = shlex.split(block.group(1).replace("\\\n", " "))[1:]
+    argv[argv.index("--hf-class") + 1] = hf_class
+    return argv
+
+
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_ftlab_transfer_carries_a_decoder_adapter_to_a_wider_deeper_base(arch, tmp_path, capsys):
+def test_ftlab_transfer_carries_a_decoder_adapter_to_a_wider_deeper_base(arch, tmp_path, capsys, monkeypatch):
+    """docs/transfer.md's decoder example as written (the folder names are names), for each architecture."""
     from safetensors.torch import save_file
 
     from ftlab.cli.main import main
 
+    monkeypatch.chdir(tmp_path)
     (w0, l0, h0, k0), (w1, l1, h1, k1) = SHAPES[arch]
     A = build(arch, w0, l0, h0, k0, seed=0, dtype=torch.float32)
     B = build(arch, w1, l1, h1, k1, seed=1, dtype=torch.float32)
-    A.save_pretrained(tmp_path / "A")
-    B.save_pretrained(tmp_path / "B")
-    make_adapter(arch, A, tmp_path / "lora")
-    batches = lm_batches(3, n=3, tokens=10)
-    save_file({k: torch.cat([b[k] for b in batches]) for k in batches[0]}, str(tmp_path / "cal.safetensors"))
-    out = tmp_path / "out"
+    A.save_pretrained("small-llama")
+    B.save_pretrained("wide-llama")
+    make_adapter(arch, A, tmp_path / "small-llama-lora")
+    batches = lm_batches(3, n=1, size=12, tokens=10)
+    save_file({k: v for k, v in batches[0].items()}, "calib.safetensors")
+    out = tmp_path / "wide-llama-lora"
     try:
-        main(["transfer", "--source-base", str(tmp_path / "A"), "--source-finetuned", str(tmp_path / "lora"),
-              "--target-base", str(tmp_path / "B"), "--hf-class", ARCHS[arch][0], "--data",
-              str(tmp_path / "cal.safetensors"), "--loss", "hf", "--batch-size", "4", "--out-format", "lora",
-              "--out", str(out)])
+        main(doc_command(ARCHS[arch][0]))
     except SystemExit as exc:
         assert exc.code in (0, None), capsys.readouterr().err
     carried = peft_load(B, out)
@@ -223,9 +235,15 @@ def test_ftlab_transfer_carries_a_decoder_adapter_to_a_wider_deeper_base(arch, t
     assert cfg["fan_in_fan_out"] is fifo and not cfg["modules_to_save"] and cfg["r"] == 4
     assert torch.isfinite(logits(carried)).all()
     # the command's adapter merges into the task vector the Python API computes for the same models and data
-    tau_b = fit_transfer(A, tmp_path / "lora", B, batches, hf_loss).task_vector
+    # (the command splits the file into its default batches of 32 rows: here one batch; it loads the models as
+    # load_model does, with the attention implementation transformers picks for a saved folder)
+    from ftlab.transfer.io import load_model
+
+    A, B = (load_model(None, f, hf_class=ARCHS[arch][0], role=r) for f, r in (("small-llama", "source base"),
+                                                                                 ("wide-llama", "target base")))
+    tau_b = fit_transfer(A, tmp_path / "small-llama-lora", B, batches, hf_loss).task_vector
     assert tau_b.norm() > 0
-    assert rel(merged_delta(carried, B), TaskVector({k: tau_b[k] for k in tau_b})) < 1e-5
+    assert rel(merged_delta(carried, B), TaskVector({k: tau_b[k] for k in tau_b})) < 1e-6  # float32 factors
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
@@ -369,7 +387,7 @@ def test_a_decoder_adapter_carried_to_a_permuted_copy_is_the_permuted_adapter(ar
 
 
 @pytest.mark.parametrize("module", ["lm_head", "embed_tokens"])
-def test_an_adapter_changing_a_tied_weight_is_refused_naming_it(module, tmp_path):
+def test_an_adapter_changing_a_tied_weight_is_refused_naming_it(module, tmp_path, capsys):
     A = build("qwen2_tied", 32)
     pm = peft.get_peft_model(copy.deepcopy(A), peft.LoraConfig(r=2, target_modules=[module, "q_proj"]))
     with torch.no_grad():
@@ -381,6 +399,20 @@ def test_an_adapter_changing_a_tied_weight_is_refused_naming_it(module, tmp_path
                                          r"'(model\.embed_tokens|lm_head)\.weight'") as err:
         read_lora(tmp_path / "a", A)
     assert "\n" not in str(err.value)
+    # on the command line: one line, exit status 2, nothing written
+    from safetensors.torch import save_file
+
+    from ftlab.cli.main import main
+
+    A.save_pretrained(tmp_path / "A")
+    batches = lm_batches(1, n=1, tokens=8)
+    save_file(dict(batches[0]), str(tmp_path / "cal.safetensors"))
+    with pytest.raises(SystemExit) as exc:
+        main(["transfer", "--source-base", str(tmp_path / "A"), "--source-finetuned", str(tmp_path / "a"),
+              "--target-base", str(tmp_path / "A"), "--hf-class", "Qwen2ForCausalLM", "--data",
+              str(tmp_path / "cal.safetensors"), "--loss", "hf", "--out", str(tmp_path / "cli")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "which is tied to" in ln]
+    assert exc.value.code == 2 and len(err) == 1 and not (tmp_path / "cli").exists()
     tau = TaskVector({k: torch.zeros_like(p) for k, p in A.named_parameters()})
     out = tmp_path / "o"
     out.mkdir()
