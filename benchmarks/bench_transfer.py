@@ -1,28 +1,34 @@
 """The cost of a BiCo fit against the forward-backward pass it rests on, side by side in one run.
 
-Compared in every part: ftlab's default path (rows kept for wide maps seen by few rows, factored
-solves, parallel solves) and the **reference**, today's path kept runnable by two options
-(``statistics="dense"``: float64 cross-covariance sums for every map; ``solver="dense"``: SVDs of the
-full ``d_A x d_B`` cross-covariances, with the same completion rule).
+Parts 1-3 compare the **earlier** code (commit ``EARLIER``, checked out in a temporary git worktree that is
+removed afterwards) with **today's** (this checkout's ``src/``): every measurement runs in a fresh process
+whose ``PYTHONPATH`` starts with one version's ``src/``, rounds alternate the order earlier / today, and the
+report gives each repetition, medians, and the median of the per-round ratios (robust to other load on the
+machine; the load average is recorded). Options the earlier API lacks are not used (library defaults, or the
+options each version's CLI passes).
 
 1. **EfficientNet-Lite0 -> Lite2** (ImageNet weights; skipped when the weight packages are missing):
-   100 random 64-px images in batches of 25, a 10-class head on the pooled features; a plain
-   forward + backward of both bases over the same batches, the reference fit and the default fit
-   (calibration, solves, transport), 2 threads. Peak memory of each fit in a fresh process.
-2. **ViT-B/16-sized** random models (width 768, 12 layers, MLP 3072), 2 batches of 8 images of 64 px
-   (272 token rows), 1 thread: calibration (reference and default) against a plain forward +
-   backward; all solves of the default path; the reference solves timed once per distinct map
-   (shape, statistic, completion chain) and multiplied by its count.
-3. **Scaling**: Llama-style decoders built from ``transformers`` configs (2 layers, grouped-query
-   attention, hidden width 256 -> 2048) at a fixed 128 token rows, and at width 1024 from 64 to 2048
+   100 random 64-px images in batches of 25, a 10-class head on the pooled features, a full-model task
+   vector; calibration, solves, transport, whole fit and peak memory of ``fit_transfer`` against a plain
+   forward + backward of both bases over the same batches (same process, after the fit), 2 threads.
+2. **paraphrase-MiniLM-L3-v2 -> all-MiniLM-L6-v2** (:mod:`ftlab.data.text` loaders): 100 WordNet glosses of
+   at most 64 tokens in batches of 25, mean pooling and a supersense head, a rank-8 task vector on q and v.
+3. **diagnose against transfer** on both pairs: the API calls of ``ftlab transfer --diagnose`` and of
+   ``ftlab transfer`` in each version, wall time and peak memory.
+4. **ViT-B/16-sized** random models (today's code only; width 768, 12 layers, MLP 3072), 272 token rows,
+   1 thread: calibration against a plain forward + backward; all solves of the default path; the dense
+   reference (``statistics="dense"``, ``solver="dense"``) timed once per distinct map times its count.
+5. **Scaling**: Llama-style decoders built from ``transformers`` configs (2 layers, grouped-query
+   attention, hidden width 256 -> 2048) at a fixed 128 token rows, and at width 1024 from 64 to 1024
    rows; fit time, calibration time and peak memory, each point in a fresh process; a log-log plot
    and the fitted exponents.
-4. **GPU** (when CUDA is available): the ViT-B/16-sized fit with the models on the GPU.
-5. **Accuracy**: the relative error of the transferred task vector on an exact permuted copy and a
+6. **GPU** (when CUDA is available): the ViT-B/16-sized fit with the models on the GPU.
+7. **Accuracy**: the relative error of the transferred task vector on an exact permuted copy and a
    self-transfer (a float32 OpenCLIP-style ViT), for the default and the reference path.
 
-Usage: ``python benchmarks/bench_transfer.py [--quick]`` (``--quick``: small sizes, no docs written).
-Writes the ``transfer`` section of docs/benchmarks.md and docs/figures/transfer-scaling.png.
+Usage: ``python benchmarks/bench_transfer.py [--quick] [--parts ...] [--json FILE]`` (``--quick``: small
+sizes, the text pair only in parts 1-3, no docs written). Writes the ``transfer`` section of
+docs/benchmarks.md and docs/figures/transfer-scaling.png.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -43,10 +50,10 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
-from ftlab.core.validate import peak_rss_mb  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = {"statistics": "dense", "solver": "dense"}
+EARLIER = "7377140"  # before the fit-cost changes (calibration slowdown fixed, completion rule, one-pass diagnose)
 
 
 class ViT(nn.Module):
@@ -136,7 +143,77 @@ def child(args: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# --- 1. EfficientNet-Lite0 -> Lite2 -----------------------------------------------------------------------
+# --- side by side: the earlier commit and today's code, each in fresh processes ---------------------------
+
+
+class Versions:
+    """Today's ``src/`` and the earlier commit's, checked out in a temporary git worktree (removed on exit).
+
+    Every measurement of parts 1-3 runs in a fresh process (:func:`versioned_child`) whose ``PYTHONPATH``
+    starts with one version's ``src/``; repetitions alternate earlier / today.
+    """
+
+    def __init__(self, earlier: str = EARLIER):
+        self.earlier = earlier
+        self.tmp: Path | None = None
+
+    def __enter__(self) -> dict[str, Path]:
+        import tempfile
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="ftlab-bench-earlier-"))
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(self.tmp / "wt"),
+                        self.earlier], check=True, capture_output=True)
+        return {"earlier": self.tmp / "wt" / "src", "today": ROOT / "src"}
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        if self.tmp is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.tmp / "wt")],
+                           capture_output=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def versioned_child(src: Path, job: dict) -> dict:
+    """Run ``job`` (see :func:`pair_child`) in a fresh process importing ftlab from ``src``; its last stdout line is JSON."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, __file__, "--pair-child", json.dumps(job)], capture_output=True, text=True,
+                         env=env, cwd=str(src.parent))
+    if out.returncode:
+        raise RuntimeError(f"child {job} with {src} failed:\n{out.stderr[-3000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    if not Path(res["ftlab_file"]).resolve().is_relative_to(src.resolve()):
+        raise RuntimeError(f"child imported ftlab from {res['ftlab_file']}, not from {src}")
+    return res
+
+
+def alternating(srcs: dict[str, Path], jobs: list[dict], repeat: int) -> list[dict]:
+    """``repeat`` rounds; in each, every job runs once per version, the version order alternating between rounds.
+
+    Returns one record per (round, job, version): the child's measurements plus ``round`` and ``version``.
+    """
+    rows = []
+    for r in range(repeat):
+        order = ("earlier", "today") if r % 2 == 0 else ("today", "earlier")
+        for job in jobs:
+            for v in order:
+                rows.append({**versioned_child(srcs[v], {**job, "round": r}), "round": r, "version": v,
+                             "pair": job["pair"], "mode": job["mode"], "load": os.getloadavg()[0]})
+    return rows
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory (MB), read with whichever version of ftlab is imported."""
+    try:
+        from ftlab.core.validate import peak_rss_mb as peak
+    except ImportError:  # the earlier commit kept it private to the transfer API
+        from ftlab.transfer.api import _peak_rss_mb as peak
+    return float(peak())
+
+
+# --- 1./2. the pairs: EfficientNet-Lite0 -> Lite2 and paraphrase-MiniLM-L3-v2 -> all-MiniLM-L6-v2 ----------
 
 
 class Classifier(nn.Module):
@@ -148,42 +225,161 @@ class Classifier(nn.Module):
         return self.head(self.enc.features(x))
 
 
-def lite_models(device="cpu"):
+def lite_pair(sizes: dict):
+    """``(A, A_ft, B, batches, loss)``: Lite0 with a 10-class head, a full-model task vector (all weights shifted by
+    1e-3 noise), Lite2 with its own head; random images."""
     from ftlab.experiments.transfer_accuracy.vision import load_efficientnet
 
     torch.manual_seed(0)
     A, B = Classifier(load_efficientnet("lite0")).eval(), Classifier(load_efficientnet("lite2")).eval()
-    return A.to(device), shifted(A, seed=1).to(device), B.to(device)
+    return A, shifted(A, seed=1), B, image_batches(sizes["batches"], sizes["batch"], sizes["image"]), ce_loss
 
 
-def lite_child(reference: bool) -> dict:
+class TextClassifier(nn.Module):
+    """A BERT encoder, masked mean pooling (as sentence-transformers), a linear head; batches are dicts."""
+
+    def __init__(self, bert: nn.Module, classes: int, seed: int):
+        super().__init__()
+        self.bert = bert
+        torch.manual_seed(seed)
+        self.head = nn.Linear(bert.config.hidden_size, classes)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        h = self.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        m = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
+        return self.head((h * m).sum(1) / m.sum(1).clamp_min(1.0))
+
+
+def text_loss(model, batch):
+    return F.cross_entropy(model(batch), batch["labels"])
+
+
+def lora_shifted(model: nn.Module, rank: int = 8, scale: float = 2.0, seed: int = 0) -> nn.Module:
+    """A copy of a BERT classifier whose query and value weights moved by a rank-``rank`` product
+    ``scale * B @ A`` (a LoRA-sized task vector: nothing else changes)."""
+    import copy
+
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in out.named_parameters():
+            if name.endswith(("attention.self.query.weight", "attention.self.value.weight")):
+                d_out, d_in = p.shape
+                a = torch.randn(rank, d_in, generator=g) / d_in ** 0.5
+                b = 0.01 * torch.randn(d_out, rank, generator=g)
+                p.add_(scale * b @ a)
+    return out
+
+
+def text_pair(sizes: dict):
+    """``(A, A_ft, B, batches, loss)``: paraphrase-MiniLM-L3-v2 -> all-MiniLM-L6-v2 (mean pooling, a head over the
+    26 noun supersenses), a LoRA-sized task vector on q and v of A; WordNet noun glosses (``lemma: gloss``)
+    tokenized by L6's tokenizer, at most 64 tokens, padded to the longest of each batch."""
+    import numpy as np
+
+    from ftlab.data.text import load_minilm_l3, load_minilm_l6, load_wordnet_supersenses
+
+    l3, tok = load_minilm_l3()
+    l6, _ = load_minilm_l6()
+    wn = load_wordnet_supersenses()
+    n = sizes["batches"] * sizes["batch"]
+    idx = np.random.default_rng(0).permutation(len(wn.glosses))[:n]
+    texts = [f"{wn.lemmas[i]}: {wn.glosses[i]}" for i in idx]
+    labels = torch.from_numpy(wn.labels[idx].astype(np.int64))
+    k = len(wn.classes)
+    A, B = TextClassifier(l3.eval(), k, seed=0).eval(), TextClassifier(l6.eval(), k, seed=1).eval()
+    batches = []
+    for s in range(0, n, sizes["batch"]):
+        enc = tok(texts[s:s + sizes["batch"]], padding="longest", truncation=True, max_length=64, return_tensors="pt")
+        batches.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                        "labels": labels[s:s + sizes["batch"]]})
+    return A, lora_shifted(A), B, batches, text_loss
+
+
+PAIRS = {"lite": lite_pair, "text": text_pair}
+
+
+def _run_mode(mode: str, A, A_ft, B, batches, loss) -> tuple[object, dict]:
+    """One API call as ``ftlab transfer`` makes it: ``fit`` (:func:`fit_transfer`, library defaults),
+    ``cli_transfer`` / ``cli_diagnose`` (the options this version's CLI passes). Returns (result, extra record)."""
+    import inspect
+
+    from ftlab.transfer import TransferOptions, diagnose, fit_transfer
+
+    one_pass = "cka" in inspect.signature(diagnose).parameters  # today: the estimate from the fit's own statistics
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "fit":
+            return fit_transfer(A, A_ft, B, batches, loss, method="bico", options=TransferOptions()), {}
+        # the earlier CLI streamed second moments for every map fit (diagnostics=True), in both commands
+        opts = TransferOptions() if one_pass else TransferOptions(diagnostics=True)
+        if mode == "cli_transfer":
+            res = fit_transfer(A, A_ft, B, batches, loss, method="bico", options=opts)
+            if one_pass:  # today's CLI reads ftlab's estimate off every map fit
+                from ftlab.transfer.diagnose import diagnosis_from_result
+
+                diagnosis_from_result(res)
+            return res, {"diagnostics": opts.diagnostics}
+        if one_pass:
+            return diagnose(A, A_ft, B, batches, loss, method="bico", options=opts, cka=opts.diagnostics), \
+                {"diagnostics": False}
+        return diagnose(A, A_ft, B, batches, loss, method="bico", options=opts), {"diagnostics": True}
+
+
+def pair_child(job: dict) -> dict:
+    """A fresh process: build the pair, warm up (one no-grad forward of each base), run ``job["mode"]`` timed, read the
+    peak memory, then (``fit`` only) time a plain forward + backward of both bases twice (the unit of the ratios)."""
+    import ftlab
+
     torch.set_num_threads(2)
-    A, A_ft, B = lite_models()
-    res = fit(A, A_ft, B, image_batches(4, 25, 64), ce_loss, reference)
-    return {"peak_rss_mb": peak_rss_mb(), "time_s": res.time_s}
+    A, A_ft, B, batches, loss = PAIRS[job["pair"]](job["sizes"])
+    with torch.no_grad():
+        for m in (A, B):
+            loss(m, batches[0])
+    t0 = time.perf_counter()
+    res, extra = _run_mode(job["mode"], A, A_ft, B, batches, loss)
+    wall = time.perf_counter() - t0
+    out = {"ftlab_file": ftlab.__file__, "wall_s": wall, "peak_mb": _peak_mb(), **extra}
+    if job["mode"] == "fit":
+        out.update(res.timings)
+        out["plain_s"] = min(plain((A, B), batches, loss) for _ in range(2))
+        out["rows"] = sum(int(b["attention_mask"].sum()) if isinstance(b, dict) else int(b[0].shape[0])
+                          for b in batches)
+        if job.get("save"):
+            torch.save({k: v.detach().double() for k, v in res.task_vector.items()}, job["save"])
+    return out
 
 
-def lite_part(repeat: int) -> dict | None:
-    try:
-        A, A_ft, B = lite_models()
-    except Exception as exc:  # noqa: BLE001 - weights not installed: the part is skipped and says why
-        print(f"EfficientNet-Lite part skipped: {exc}")
-        return None
-    torch.set_num_threads(2)
-    batches = image_batches(4, 25, 64)
+def _median(xs) -> float:
+    import statistics
+
+    return float(statistics.median(xs))
+
+
+def pair_part(srcs: dict[str, Path], pair: str, sizes: dict, repeat: int, tmp: Path) -> dict:
+    """Parts 1 and 2: ``fit`` children of both versions, alternating; the two task vectors of the last round compared."""
+    jobs = [{"pair": pair, "mode": "fit", "sizes": sizes}]
+    load0 = os.getloadavg()
     rows = []
-    for _ in range(repeat):  # interleaved; best of each
-        rows.append({"plain": plain((A, B), batches, ce_loss), "ref": fit(A, A_ft, B, batches, ce_loss, True),
-                     "new": fit(A, A_ft, B, batches, ce_loss, False)})
-    best = {"plain": min(r["plain"] for r in rows)}
-    for k in ("ref", "new"):
-        r = min((x[k] for x in rows), key=lambda res: res.time_s)
-        best[k] = {**r.timings, "total_s": r.time_s}
-    ref_tv, new_tv = rows[-1]["ref"].task_vector, rows[-1]["new"].task_vector
-    best["agreement"] = (sum(float((ref_tv[k] - new_tv[k]).double().pow(2).sum()) for k in ref_tv) ** 0.5
-                         / ref_tv.norm())
-    best["mem"] = {k: child(["--lite-child", k])["peak_rss_mb"] for k in ("ref", "new")}
-    return best
+    for r in range(repeat):
+        order = ("earlier", "today") if r % 2 == 0 else ("today", "earlier")
+        for v in order:
+            save = str(tmp / f"{pair}-{v}.pt") if r == repeat - 1 else None
+            rows.append({**versioned_child(srcs[v], {**jobs[0], "round": r, "save": save}), "round": r, "version": v,
+                         "load": os.getloadavg()[0]})
+    tv = {v: torch.load(tmp / f"{pair}-{v}.pt") for v in ("earlier", "today")}
+    diff = sum(float((tv["today"][k] - tv["earlier"][k]).pow(2).sum()) for k in tv["today"]) ** 0.5
+    ref = sum(float(x.pow(2).sum()) for x in tv["earlier"].values()) ** 0.5
+    return {"rows": rows, "sizes": sizes, "load": [load0, os.getloadavg()], "agreement": diff / ref,
+            "same_keys": sorted(tv["today"]) == sorted(tv["earlier"])}
+
+
+def diagnose_part(srcs: dict[str, Path], pairs: dict[str, dict], repeat: int) -> dict:
+    """Part 3: ``transfer --diagnose`` against the transfer, with the API calls each version's CLI makes."""
+    load0 = os.getloadavg()
+    jobs = [{"pair": p, "mode": m, "sizes": sz} for p, sz in pairs.items() for m in ("cli_transfer", "cli_diagnose")]
+    rows = alternating(srcs, jobs, repeat)
+    return {"rows": rows, "load": [load0, os.getloadavg()]}
 
 
 # --- 2. ViT-B/16-sized ----------------------------------------------------------------------------------
@@ -291,7 +487,7 @@ def scaling_child(width: int, rows: int, threads: int) -> dict:
     t_plain = plain((A, B), batches, lm_loss)
     return {"width": width, "rows": sum(int(b["input_ids"].numel()) for b in batches), "plain_s": t_plain,
             "calibration_s": res.timings["calibration_s"], "fit_s": res.timings["fit_s"], "total_s": res.time_s,
-            "peak_rss_mb": peak_rss_mb()}
+            "peak_rss_mb": _peak_mb()}
 
 
 def slope(xs, ys) -> float:
@@ -381,36 +577,124 @@ def _x(a: float, b: float) -> str:
     return f"{a / b:.2f}x"
 
 
-def markdown(lite, vit, sc, gpu, errors, wall, quick) -> str:
+def _by(rows: list[dict], **where) -> list[dict]:
+    return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+
+
+def _pair_ratio(rows: list[dict], key: str, num: dict, den: dict) -> float:
+    """Median over rounds of ``num-row[key] / den-row[key]`` within each round (the side-by-side ratio)."""
+    return _median([_by(rows, round=r, **num)[0][key] / _by(rows, round=r, **den)[0][key]
+                    for r in sorted({x["round"] for x in rows})])
+
+
+def _goal(value: float, limit: float) -> str:
+    return "**met**" if value <= limit else "**not met**"
+
+
+def _loads(avg) -> str:
+    return "?" if not avg else ", ".join(f"{x:.1f}" for x in avg)
+
+
+def _load(part: dict) -> str:
+    (a, _, _), (b, _, _) = part["load"]
+    return f"load average (1 min) {a:.1f} at the start, {b:.1f} at the end"
+
+
+def pair_md(part: dict, title: str, unit: str, goals: dict, labels: dict) -> list[str]:
+    """Table of one pair: medians per version, ratios to the plain forward + backward, today / earlier, goals."""
+    rows = part["rows"]
+    ev, tv = _by(rows, version="earlier"), _by(rows, version="today")
+    e, t = {"version": "earlier"}, {"version": "today"}
+    stages = [("calibration", "calibration_s"), ("solves", "fit_s"), ("transport", "apply_s"), ("**whole fit**", "wall_s")]
+    out = ["", f"### {title}", "",
+           f"| stage | earlier (`{EARLIER}`) | today (`{labels['today']}`) | today / earlier | goal (today) |",
+           "|---|---|---|---|---|",
+           f"| plain forward + backward of {unit} | {_median([r['plain_s'] for r in ev]):.2f} s | "
+           f"{_median([r['plain_s'] for r in tv]):.2f} s | {_pair_ratio(rows, 'plain_s', t, e):.2f} | |"]
+    for name, key in stages:
+        xe, xt = (_median([r[key] / r["plain_s"] for r in v]) for v in (ev, tv))
+        goal = f"<= {goals[key]:g}x: {_goal(xt, goals[key])}" if key in goals else ""
+        out.append(f"| {name} | {_median([r[key] for r in ev]):.2f} s ({xe:.2f}x) | {_median([r[key] for r in tv]):.2f} s "
+                   f"(**{xt:.2f}x**) | {_pair_ratio(rows, key, t, e):.2f} | {goal} |")
+    pe, pt = max(r["peak_mb"] for r in ev), max(r["peak_mb"] for r in tv)
+    goal = f"<= {goals['peak_mb']:.0f} MB: {_goal(pt, goals['peak_mb'])}" if "peak_mb" in goals else ""
+    out.append(f"| peak memory (fresh process, largest) | {pe:.0f} MB | **{pt:.0f} MB** | "
+               f"{_pair_ratio(rows, 'peak_mb', t, e):.2f} | {goal} |")
+    each = "; ".join(f"{v} " + ", ".join(f"{r['wall_s']:.2f}" for r in _by(rows, version=v)) for v in ("earlier", "today"))
+    out += ["", f"Each repetition's whole fit (s, in run order per version): {each}. Times in parentheses are "
+            f"ratios to the plain forward + backward of the same process (median over repetitions); the whole fit is "
+            f"the wall time of the `fit_transfer` call (today's includes its repair step, "
+            f"{_median([r.get('repair_s', 0.0) for r in tv]):.2f} s); "
+            f"today / earlier is the median of the per-round ratios. Calibration data: {part['rows'][0]['rows']} "
+            f"{'images' if 'image' in part['sizes'] else 'real tokens'}; "
+            f"{_load(part)}. The two versions' task vectors differ by {part['agreement']:.1e} (relative)."]
+    return out
+
+
+def diagnose_md(part: dict) -> list[str]:
+    rows = part["rows"]
+    out = ["", "### `ftlab transfer --diagnose` against the transfer", "",
+           "The API calls each version's `ftlab transfer` makes, each in a fresh process (2 threads): the earlier CLI "
+           "streamed second moments for every map fit (`diagnostics=True`) in both commands; today's transfer fits "
+           "without them and reads ftlab's estimate off the fit, and `--diagnose` is one pass over the fit's own "
+           "statistics (`cka=False`). Medians over repetitions; diagnose / transfer is the median of the per-round "
+           "ratios.", "",
+           "| pair | version | transfer | diagnose | diagnose / transfer | peak: transfer | peak: diagnose | "
+           "goal: diagnose <= transfer |", "|---|---|---|---|---|---|---|---|"]
+    for pair in dict.fromkeys(r["pair"] for r in rows):
+        for v in ("earlier", "today"):
+            tr, dg = _by(rows, pair=pair, version=v, mode="cli_transfer"), _by(rows, pair=pair, version=v,
+                                                                             mode="cli_diagnose")
+            ratio = _pair_ratio(rows, "wall_s", {"pair": pair, "version": v, "mode": "cli_diagnose"},
+                                {"pair": pair, "version": v, "mode": "cli_transfer"})
+            goal = _goal(ratio, 1.0) if v == "today" else ""
+            out.append(f"| {PAIR_NAMES[pair]} | {v} | {_median([r['wall_s'] for r in tr]):.2f} s | "
+                       f"{_median([r['wall_s'] for r in dg]):.2f} s | {ratio:.2f} | {max(r['peak_mb'] for r in tr):.0f} MB"
+                       f" | {max(r['peak_mb'] for r in dg):.0f} MB | {goal} |")
+        d = _pair_ratio(rows, "wall_s", {"pair": pair, "version": "today", "mode": "cli_diagnose"},
+                        {"pair": pair, "version": "earlier", "mode": "cli_diagnose"})
+        out.append(f"| {PAIR_NAMES[pair]} | today / earlier, diagnose | | {d:.2f} | | | | |")
+    out += ["", f"{_load(part)}."]
+    return out
+
+
+PAIR_NAMES = {"lite": "EfficientNet-Lite0 -> Lite2", "text": "MiniLM-L3 -> L6"}
+
+
+def markdown(raw: dict, quick: bool) -> str:
+    lite, text, diag, vit, sc, gpu = (raw.get(k) for k in ("lite", "text", "diagnose", "vit", "scaling", "gpu"))
+    labels = {"today": raw.get("today", "HEAD")}
     parts = ["## Task-vector transfer (BiCo): the fit against the forward-backward it rests on", "",
-             "Reference = today's path kept runnable (`statistics=\"dense\"`, `solver=\"dense\"`); default = rows kept "
-             "for wide maps seen by few rows, factored solves, parallel solves. Ratios are to a plain forward + "
-             "backward of both bases over the same batches, measured in the same run."]
+             f"Parts 1-3 measure the earlier code (commit `{EARLIER}`, checked out in a temporary git worktree) and "
+             f"today's (`{labels['today']}`) side by side in one run: every measurement in a fresh process importing "
+             "one version's `src/`, repetitions alternating earlier / today. The machine was shared with another "
+             "CPU-heavy job during the run (load averages below): ratios measured side by side are the robust figures, "
+             "absolute seconds are not. Ratios are to a plain forward + backward of both bases over the same batches."]
     if lite is not None:
-        p = lite["plain"]
-        r, n = lite["ref"], lite["new"]
-        parts += ["", "### EfficientNet-Lite0 -> Lite2 (ImageNet weights), 100 images of 64 px in batches of 25, 2 threads",
-                  "", "| stage | reference | default | goal |", "|---|---|---|---|",
-                  f"| plain forward + backward, both bases | {p:.2f} s | | |",
-                  f"| calibration | {r['calibration_s']:.2f} s ({_x(r['calibration_s'], p)}) | "
-                  f"{n['calibration_s']:.2f} s (**{_x(n['calibration_s'], p)}**) | <= 2x |",
-                  f"| solves | {r['fit_s']:.2f} s ({_x(r['fit_s'], p)}) | {n['fit_s']:.2f} s ({_x(n['fit_s'], p)}) | |",
-                  f"| transport | {r['apply_s']:.2f} s | {n['apply_s']:.2f} s | |",
-                  f"| **whole fit** | {r['total_s']:.2f} s ({_x(r['total_s'], p)}) | {n['total_s']:.2f} s "
-                  f"(**{_x(n['total_s'], p)}**) | <= 4x |",
-                  f"| peak memory (fresh process) | {lite['mem']['ref']:.0f} MB | **{lite['mem']['new']:.0f} MB** "
-                  "| <= 1 GB |",
-                  "", f"The two task vectors differ by {lite['agreement']:.1e} (relative)."]
+        sz = lite["sizes"]
+        parts += pair_md(lite, f"EfficientNet-Lite0 -> Lite2 (ImageNet weights), {sz['batches'] * sz['batch']} images "
+                         f"of {sz['image']} px in batches of {sz['batch']}, 2 threads", "both bases",
+                         {"calibration_s": 2.0, "wall_s": 4.0, "peak_mb": 1000.0}, labels)
+    if text is not None:
+        sz = text["sizes"]
+        parts += pair_md(text, f"paraphrase-MiniLM-L3-v2 -> all-MiniLM-L6-v2, {sz['batches'] * sz['batch']} WordNet "
+                         f"glosses (at most 64 tokens) in batches of {sz['batch']}, a rank-8 task vector on q and v, "
+                         "2 threads", "both bases", {"wall_s": 3.0}, labels)
+    if diag is not None:
+        parts += diagnose_md(diag)
     if vit is not None:
         p = vit["plain"]
-        parts += ["", f"### ViT-B/16-sized random models, {vit['rows']} token rows, 1 thread", "",
+        parts += ["", f"### ViT-B/16-sized random models, {vit['rows']} token rows, 1 thread (today's code)", "",
+                  "Default = today's path; reference = the dense path kept runnable (`statistics=\"dense\"`, "
+                  "`solver=\"dense\"`), its solves timed once per distinct map and multiplied by its count.", "",
                   "| measurement | reference | default | goal |", "|---|---|---|---|",
                   f"| plain forward + backward, both models | {p:.2f} s | | |",
                   f"| calibration | {vit['cal_ref']:.2f} s ({_x(vit['cal_ref'], p)}) | {vit['cal_new']:.2f} s "
-                  f"(**{_x(vit['cal_new'], p)}**) | <= 1.6x |",
+                  f"(**{_x(vit['cal_new'], p)}**) | <= 1.6x: {_goal(vit['cal_new'] / p, 1.6)} |",
                   f"| all solves ({vit['maps']} maps; {vit['factored']} factored by default) | "
                   f"{vit.get('solve_ref', math.nan):.1f} s (per distinct map, times its count) | {vit['solve_new']:.1f} s "
-                  f"(**{100 * vit['solve_new'] / vit.get('solve_ref', math.nan):.1f}%**) | <= 5% |"]
+                  f"(**{100 * vit['solve_new'] / vit.get('solve_ref', math.nan):.1f}%** of the reference) | <= 25 s: "
+                  f"{_goal(vit['solve_new'], 25.0)} |"]
         if vit.get("per_shape"):
             shapes = "; ".join(f"{c} x {a}x{b} {lab} [{', '.join(ch)}]: {t:.2f} s" for a, b, lab, ch, c, t in
                                sorted(vit["per_shape"], key=lambda x: -x[4] * x[5]))
@@ -436,11 +720,13 @@ def markdown(lite, vit, sc, gpu, errors, wall, quick) -> str:
                   f"{gpu['device']}: plain forward + backward {gpu['plain']:.3f} s, calibration {gpu['cal_new']:.3f} s "
                   f"({_x(gpu['cal_new'], gpu['plain'])}), all solves {gpu['solve_new']:.2f} s ({gpu['factored']} of "
                   f"{gpu['maps']} maps factored); statistics and solves stay on the device."]
+    errors, wall = raw.get("errors", []), raw.get("wall", math.nan)
     rows_e = "\n".join(f"| {name} | {e:.1e} | {s:.1e} |" for name, e, s in errors)
     parts += ["", "### Accuracy", "", "Relative error of the transferred task vector on an exact unit-permuted copy of a "
               "float32 OpenCLIP-style ViT (width 64, 4 layers, MLP 256, bare `x @ proj`), 256 calibration images, and of a "
               "self-transfer:", "", "| path | permuted copy | self-transfer |", "|---|---|---|", rows_e, "",
-              f"Whole benchmark: {wall:.0f} s wall{' (quick sizes)' if quick else ''}."]
+              f"Whole benchmark: {wall:.0f} s wall{' (quick sizes)' if quick else ''}; load average (1, 5, 15 min) "
+              f"{_loads(raw.get('load_start'))} at its start, {_loads(raw.get('load_end'))} at its end."]
     return "\n".join(parts)
 
 
@@ -455,8 +741,7 @@ def merged(files: list[str]) -> dict:
 
 
 def write_docs(raw: dict) -> str:
-    md = markdown(raw.get("lite"), raw.get("vit"), raw.get("scaling"), raw.get("gpu"), raw.get("errors", []),
-                  raw.get("wall", math.nan), False)
+    md = markdown(raw, False)
     if raw.get("scaling"):
         scaling_figure(raw["scaling"], ROOT / "docs" / "figures" / "transfer-scaling.png")
     from _common import replace_block
@@ -466,19 +751,55 @@ def write_docs(raw: dict) -> str:
     return md
 
 
+def _today() -> str:
+    """Today's commit (short hash), ``+`` when the working tree differs from it."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "src"],
+                           capture_output=True, text=True)
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+
+def side_by_side(parts: set[str], quick: bool, repeat: int, raw: dict, save) -> None:
+    """Parts 1-3 (lite, text, diagnose), both versions in one temporary worktree."""
+    import tempfile
+
+    # --quick: the text pair only, small (the earlier code's Lite solves take minutes at any size)
+    sizes = {"lite": {"batches": 4, "batch": 25, "image": 64}, "text": {"batches": 4, "batch": 25}} if not quick else \
+        {"text": {"batches": 2, "batch": 4}}
+    if not parts & {"lite", "text", "diagnose"}:
+        return
+    with Versions() as srcs, tempfile.TemporaryDirectory() as tmp:
+        available = {}
+        for pair in sizes:
+            try:
+                PAIRS[pair]({**sizes[pair], "batches": 1})
+                available[pair] = sizes[pair]
+            except Exception as exc:  # noqa: BLE001 - weights or data not installed: the part is skipped and says why
+                print(f"{PAIR_NAMES[pair]} skipped: {exc}")
+        for pair in available:
+            if pair in parts:
+                raw[pair] = pair_part(srcs, pair, available[pair], repeat, Path(tmp))
+                save()
+        if "diagnose" in parts and available:
+            raw["diagnose"] = diagnose_part(srcs, available, repeat)
+            save()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run); docs are not written")
-    ap.add_argument("--parts", default="lite,vit,scaling,gpu,accuracy", help="comma-separated parts to run")
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--lite-child", choices=["ref", "new"], help=argparse.SUPPRESS)
+    ap.add_argument("--parts", default="lite,text,diagnose,vit,scaling,gpu,accuracy",
+                    help="comma-separated parts to run")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="rounds of the side-by-side parts (each version once per round; default 2, 1 with --quick)")
+    ap.add_argument("--pair-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--scaling-child", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write the raw measurements to this file")
     ap.add_argument("--docs-from", nargs="+", default=None, metavar="JSON",
                     help="write docs/benchmarks.md and the figure from the raw measurements of earlier runs (merged)")
     args = ap.parse_args()
-    if args.lite_child:
-        print(json.dumps(lite_child(args.lite_child == "ref")))
+    if args.pair_child:
+        print(json.dumps(pair_child(json.loads(args.pair_child))))
         return
     if args.scaling_child:
         print(json.dumps(scaling_child(*args.scaling_child)))
@@ -487,21 +808,23 @@ def main() -> None:
         print(write_docs(merged(args.docs_from)))
         return
     parts = set(args.parts.split(","))
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 2)
     t0 = time.perf_counter()
     size = {"width": 768, "depth": 12, "heads": 12, "mlp": 3072} if not args.quick else \
         {"width": 128, "depth": 2, "heads": 2, "mlp": 512}
-    raw: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    raw: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "today": _today(),
+                 "load_start": os.getloadavg()}
 
     def save() -> None:  # after every part, so that a run stopped early keeps what it measured
         raw["wall"] = time.perf_counter() - t0
+        raw["load_end"] = os.getloadavg()
         if args.json:
             Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
 
+    side_by_side(parts, args.quick, repeat, raw, save)
     for part in args.parts.split(","):
         if part == "gpu" and torch.cuda.is_available():
             raw["gpu"] = {**vit_part(64, 8, 2, size, device="cuda"), "device": torch.cuda.get_device_name()}
-        elif part == "lite" and not args.quick:
-            raw["lite"] = lite_part(args.repeat)
         elif part == "vit":
             raw["vit"] = vit_part(64, 8, 2, size)
         elif part == "scaling":
@@ -510,12 +833,14 @@ def main() -> None:
             raw["scaling"] = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
         elif part == "accuracy":
             raw["errors"] = permuted_copy_errors()
+        else:
+            continue
         save()
-    if not args.quick and parts >= {"lite", "vit", "scaling", "accuracy"}:
+    save()
+    if not args.quick and parts >= {"lite", "text", "diagnose", "vit", "scaling", "accuracy"}:
         print(write_docs(raw))
     else:
-        print(markdown(raw.get("lite"), raw.get("vit"), raw.get("scaling"), raw.get("gpu"), raw.get("errors", []),
-                       raw["wall"], args.quick))
+        print(markdown(raw, args.quick))
 
 
 if __name__ == "__main__":
