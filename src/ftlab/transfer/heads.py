@@ -413,7 +413,10 @@ def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVe
     t_layers, s_layers = layers
     heads = NewHeads(tuple(t_layers), tuple(s_layers), rule)
     s_params = dict(source.named_parameters())
-    src_vals = {k: s_params[k].detach() + tau_a[k].to(s_params[k]) for k in head_params(source, s_layers) if k in tau_a}
+    # summed in float64: a saved head read as ``saved - base`` (float64, exact) comes back bit for bit, so the
+    # calibration does not depend on the random head the source's loader drew
+    src_vals = {k: (s_params[k].detach().double() + tau_a[k].to(s_params[k].device).double()).to(s_params[k].dtype)
+                for k in head_params(source, s_layers) if k in tau_a}
     tgt_batches = [bb for _, bb in pairs]
     labels = [batch_labels(b) for b in tgt_batches]
     heads.batches = tgt_batches
