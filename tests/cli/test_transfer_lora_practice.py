@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 from safetensors.torch import load_file  # noqa: E402
 
-from ftlab.cli.main import main  # noqa: E402
+from transfer_helpers import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 WORDS = ["the", "cat", "dog", "runs", "sits", "a", "big", "small", "red", "blue", "bird", "sings", "on", "mat", "tree",
@@ -26,14 +26,7 @@ BERT_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def _cli(capsys, *args) -> tuple[int, str, list[str]]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    cap = capsys.readouterr()
-    stage_line = re.compile(r"ftlab: .*: (started|done in .*|stopped after .*|\d+(/\d+)? after .*)$")
-    return code, cap.out, [ln for ln in cap.err.splitlines() if not stage_line.match(ln)]
+    return run_cli(capsys, *args, stages=False)
 
 
 def _bert_base(folder: Path, width: int, layers: int, seed: int) -> None:
@@ -199,3 +192,19 @@ def test_the_minilm_to_mpnet_example_of_help_runs_as_written(folders, capsys):
     assert moved.shape == (1, 3) and torch.isfinite(moved).all()
     deltas = _module_deltas(_factors("out"))
     assert any("mpnet.encoder.layer" in k for k in deltas) and max(float(v.abs().max()) for v in deltas.values()) > 0
+
+
+def test_the_heal_refuses_an_adapter_folder_holding_only_a_pickle(folders):
+    """peft would unpickle an adapter_model.bin; heal_adapter reads safetensors only and says so in one line."""
+    from ftlab.transfer.heal import HealRecipe, heal_adapter
+
+    pickled = Path("pickled")
+    pickled.mkdir()
+    (pickled / "adapter_config.json").write_text((folders / "minilm-lora" / "adapter_config.json").read_text())
+    torch.save(_factors(str(folders / "minilm-lora")), pickled / "adapter_model.bin")
+    before = sorted(p.name for p in pickled.iterdir())
+    model = transformers.AutoModelForSequenceClassification.from_pretrained("minilm", num_labels=3)
+    with pytest.raises(ValueError, match="no adapter_model.safetensors") as exc:
+        heal_adapter(model, pickled, [{"input_ids": torch.zeros(1, 3, dtype=torch.long)}], lambda m, b: 0.0,
+                     HealRecipe(steps=1))
+    assert "\n" not in str(exc.value) and sorted(p.name for p in pickled.iterdir()) == before

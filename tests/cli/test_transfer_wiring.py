@@ -4,7 +4,6 @@ data, never overwritten, and errors blame the right party (one line, exit 2)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -14,19 +13,14 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import save_file  # noqa: E402
 
 from ftlab.cli.main import main  # noqa: E402
+from transfer_helpers import run_cli  # noqa: E402
 
 EVIL = "from pathlib import Path\nPath({marker!r}).write_text('ran')\nfrom transformers import BertConfig\n" \
        "class EvilConfig(BertConfig):\n    model_type = 'evil-bert'\n"
 
 
 def _cli(capsys, *args) -> tuple[int, list[str]]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    stage_line = re.compile(r"ftlab: .*: (started|done in .*|stopped after .*|\d+(/\d+)? after .*)$")
-    err = [ln for ln in capsys.readouterr().err.splitlines() if not stage_line.match(ln)]
+    code, _, err = run_cli(capsys, *args, stages=False)
     return code, err
 
 
@@ -205,22 +199,11 @@ def test_a_method_without_maps_records_no_diagnostic_and_transfusion_reads_both_
     assert _error_to_truth("out") < 1e-6  # the weight matching found B's permutation of A's hidden units
 
 
-def _raw(capsys, *args) -> tuple[int, str, list[str]]:
-    """Exit code, stdout and every stderr line (stage lines included) of one command."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    got = capsys.readouterr()
-    return code, got.out, got.err.splitlines()
-
-
 def test_an_empty_checkpoint_is_refused_saying_why(plain, capsys):
     Path("empty.pt").write_bytes(b"")
     args = list(plain)
     args[args.index("--source-base") + 1] = "empty.pt"
-    code, out, err = _raw(capsys, "transfer", *args, "--out", "out")
+    code, out, err = run_cli(capsys, "transfer", *args, "--out", "out")
     assert code == 2 and out == "" and len(err) == 1, err
     assert "'empty.pt'" in err[0] and err[0].endswith("the file is empty (0 bytes)"), err
     assert not Path("out").exists()
@@ -232,7 +215,7 @@ def test_a_pickled_checkpoint_is_refused_in_one_line_before_any_stage(plain, cap
     torch.save({"0.weight": torch.zeros(6, 4), "hook": os.getcwd}, "pickled.pt")  # a pickle naming code to run
     args = list(plain)
     args[args.index("--target-base") + 1] = "pickled.pt"
-    code, out, err = _raw(capsys, "transfer", *args, "--out", "out")
+    code, out, err = run_cli(capsys, "transfer", *args, "--out", "out")
     assert code == 2 and out == "" and len(err) == 1, err  # no "loading models: started / stopped" around it
     assert err[0].startswith("ftlab: error: refusing to unpickle 'pickled.pt'"), err
     assert not Path("out").exists()
@@ -243,6 +226,6 @@ def test_a_transfer_to_a_full_disk_leaves_no_output_folder(plain, capsys, monkey
     --out folder the run created is gone again, lock file included."""
     with monkeypatch.context() as m:
         faults.Injector(m, 1, "full")
-        code, out, err = _raw(capsys, "transfer", *plain, "--out", "out")
+        code, out, err = run_cli(capsys, "transfer", *plain, "--out", "out")
     assert code == 2 and out == "" and len(err) == 1 and "No space left on device" in err[0], err
     assert not Path("out").exists()

@@ -268,6 +268,27 @@ def _rows(blocks, size):
     return torch.cat([torch.arange(b * size, (b + 1) * size) for b in blocks])
 
 
+def _state_permutation(block: str, rules, per_layer, res, norms: tuple[str, ...], tables: tuple[str, ...]):
+    """A state-dict permutation: block ``i``'s entries (``<block>.<i>.<rest>``) by ``rules[rest](t, per_layer[i])``,
+    the final norm's ``norms`` along the residual permutation ``res``, the ``(rows, d)`` ``tables`` along their columns."""
+
+    def permute(state):
+        out = {}
+        for k, t in state.items():
+            m = re.match(re.escape(block) + r"\.(\d+)\.(.*)", k)
+            if m:
+                out[k] = rules[m.group(2)](t, per_layer[int(m.group(1))])
+            elif k in norms:
+                out[k] = t[res]
+            elif k in tables:
+                out[k] = t[:, res]
+            else:
+                raise KeyError(k)
+        return out
+
+    return permute
+
+
 def rotary_permutation(g, d, heads, kv, inter, layers):
     """A function-preserving permutation of a Llama/Qwen2 state dict: residual basis (norm gains with it), MLP units,
     key/value heads each with its query group, query heads within their group, value dimensions within each
@@ -293,21 +314,8 @@ def rotary_permutation(g, d, heads, kv, inter, layers):
              "mlp.down_proj.weight": lambda t, p: t[res][:, p["mlp"]],
              "input_layernorm.weight": lambda t, p: t[res], "post_attention_layernorm.weight": lambda t, p: t[res]}
 
-    def permute(state):
-        out = {}
-        for k, t in state.items():
-            m = re.match(r"model\.layers\.(\d+)\.(.*)", k)
-            if m:
-                out[k] = rules[m.group(2)](t, per_layer[int(m.group(1))])
-            elif k == "model.norm.weight":
-                out[k] = t[res]
-            elif k in ("model.embed_tokens.weight", "lm_head.weight"):  # (vocab, d)
-                out[k] = t[:, res]
-            else:
-                raise KeyError(k)
-        return out
-
-    return permute
+    return _state_permutation("model.layers", rules, per_layer, res, ("model.norm.weight",),
+                              ("model.embed_tokens.weight", "lm_head.weight"))
 
 
 def gpt2_permutation(g, d, heads, inter, layers):
@@ -332,21 +340,8 @@ def gpt2_permutation(g, d, heads, inter, layers):
              "ln_1.weight": lambda t, p: t[res], "ln_1.bias": lambda t, p: t[res],
              "ln_2.weight": lambda t, p: t[res], "ln_2.bias": lambda t, p: t[res]}
 
-    def permute(state):
-        out = {}
-        for k, t in state.items():
-            m = re.match(r"transformer\.h\.(\d+)\.(.*)", k)
-            if m:
-                out[k] = rules[m.group(2)](t, per_layer[int(m.group(1))])
-            elif k in ("transformer.ln_f.weight", "transformer.ln_f.bias"):
-                out[k] = t[res]
-            elif k in ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"):
-                out[k] = t[:, res]
-            else:
-                raise KeyError(k)
-        return out
-
-    return permute
+    return _state_permutation("transformer.h", rules, per_layer, res, ("transformer.ln_f.weight", "transformer.ln_f.bias"),
+                              ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"))
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

@@ -76,6 +76,9 @@ def heal_adapter(target: nn.Module, adapter: str | os.PathLike, batches: Sequenc
     peft = _peft()
     if not batches:
         raise ValueError("heal_adapter needs at least one batch")
+    if not (Path(adapter) / "adapter_model.safetensors").is_file():  # peft would unpickle an adapter_model.bin
+        raise ValueError(f"heal_adapter: {str(adapter)!r} holds no adapter_model.safetensors (ftlab loads adapter "
+                         "weights from safetensors only, never from pickles)")
     model = peft.PeftModel.from_pretrained(copy.deepcopy(target), str(adapter), is_trainable=True)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
