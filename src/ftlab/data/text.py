@@ -21,6 +21,13 @@
   (:func:`bert_to_mpnet_ids`); BERT's token-type row 0 folded into the position table; the
   relative attention bias zero. The outputs agree with the BERT model's to float32 rounding.
 
+* :func:`load_debian_sections` -- Debian package synopses (the first line of each ``Description:``)
+  labelled by the package's archive ``Section:`` (``utils``, ``net``, ``science``, ...), read from an apt
+  ``Packages`` index (Debian Policy 5.3, "Binary package control files"); the default is the bookworm
+  ``main`` index apt keeps in ``/var/lib/apt/lists``. :func:`parse_debian_packages` reads any such file,
+  plain or compressed (``.gz``, ``.xz``, ``.bz2`` with the standard library; ``.lz4`` through the
+  ``lz4`` command of the Debian package ``lz4``).
+
 ``transformers`` and ``onnx`` are imported lazily. A missing package raises
 :class:`ftlab.data.DatasetMissing` with a one-line message naming it.
 """
@@ -46,6 +53,10 @@ __all__ = [
     "load_minilm_l3",
     "bert_from_onnx",
     "VERB_SUPERSENSES",
+    "PackageSynopses",
+    "parse_debian_packages",
+    "load_debian_sections",
+    "debian_packages_path",
     "bert_to_mpnet_ids",
     "load_mpnet_base",
     "mpnet_from_bert",
@@ -144,6 +155,112 @@ def load_wordnet_supersenses(path: str | os.PathLike | None = None, *, pos: str 
     if not p.exists():
         raise DatasetMissing(f"WordNet {pos} data not found at {p}: install it with `apt-get install wordnet-base`")
     return parse_wordnet_data(p, pos=pos)
+
+
+APT_LISTS = Path("/var/lib/apt/lists")
+
+
+@dataclass(frozen=True)
+class PackageSynopses:
+    """Binary packages of a Debian ``Packages`` index. ``synopses[i]`` is the one-line description of package
+    ``packages[i]``, ``labels[i]`` the index into ``classes`` (section names, sorted)."""
+
+    packages: tuple[str, ...]
+    synopses: tuple[str, ...]
+    labels: np.ndarray
+    classes: tuple[str, ...]
+
+
+def _read_index(path: Path) -> str:
+    """The text of a ``Packages`` file, decompressed by its suffix (``.lz4`` needs the ``lz4`` command)."""
+    import bz2
+    import gzip
+    import lzma
+    import shutil
+    import subprocess
+
+    if path.suffix == ".lz4":
+        tool = shutil.which("lz4")
+        if tool is None:
+            raise DatasetMissing(f"{path} is lz4-compressed and the lz4 command is missing: apt-get install lz4")
+        done = subprocess.run([tool, "-dc", str(path)], capture_output=True, check=False)
+        if done.returncode != 0:
+            raise ValueError(f"{path} is not a readable lz4 file: {done.stderr.decode(errors='replace').strip()}")
+        data = done.stdout
+    else:
+        opener = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}.get(path.suffix, open)
+        try:
+            with opener(path, "rb") as fh:
+                data = fh.read()
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise ValueError(f"{path} is not a readable {path.suffix or 'plain'} file: {exc}") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def parse_debian_packages(path: str | os.PathLike, *, sections: tuple[str, ...] | None = None) -> PackageSynopses:
+    """Parse a Debian ``Packages`` index into (package, synopsis, section).
+
+    Stanzas are separated by blank lines; continuation lines (starting with a space) are skipped, so the
+    synopsis is the ``Description:`` line itself. An archive area prefix is dropped from the section
+    (``contrib/games`` -> ``games``). Duplicate synopses are kept once, and a synopsis that occurs under
+    two sections is dropped (its label is ambiguous). ``sections`` keeps only those sections (each must occur).
+    Raises ``ValueError`` naming the stanza for one without ``Package``, ``Description`` or ``Section``.
+    """
+    path = Path(path)
+    text = _read_index(path)
+    rows: list[tuple[str, str, str]] = []
+    for number, stanza in enumerate(text.split("\n\n"), 1):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if not line or line[0] in " \t":
+                continue
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key.strip()] = value.strip()
+        if not fields:
+            continue
+        missing = [k for k in ("Package", "Description", "Section") if not fields.get(k)]
+        if missing:
+            raise ValueError(f"{path}: stanza {number} ({fields.get('Package', stanza[:40])!r}) has no {missing[0]} field")
+        rows.append((fields["Package"], fields["Description"], fields["Section"].rsplit("/", 1)[-1]))
+    if not rows:
+        raise ValueError(f"{path} holds no package stanzas")
+    seen: dict[str, set[str]] = {}
+    for _, synopsis, section in rows:
+        seen.setdefault(synopsis, set()).add(section)
+    kept, used = [], set()
+    for package, synopsis, section in rows:
+        if len(seen[synopsis]) == 1 and synopsis not in used:
+            used.add(synopsis)
+            kept.append((package, synopsis, section))
+    present = sorted({r[2] for r in kept})
+    if sections is not None:
+        absent = [s for s in sections if s not in present]
+        if absent:
+            raise ValueError(f"section {absent[0]!r} does not occur in {path} (sections: {', '.join(present[:12])}, ...)")
+        present = sorted(sections)
+        kept = [r for r in kept if r[2] in present]
+    index = {s: i for i, s in enumerate(present)}
+    return PackageSynopses(tuple(r[0] for r in kept), tuple(r[1] for r in kept),
+                           np.array([index[r[2]] for r in kept], dtype=np.int64), tuple(present))
+
+
+def debian_packages_path() -> Path:
+    """The largest ``main`` binary ``Packages`` index under ``/var/lib/apt/lists`` (the release's own, not its
+    updates); :class:`DatasetMissing` when apt has none (run ``apt-get update``)."""
+    found = sorted(APT_LISTS.glob("*_dists_*_main_binary-*_Packages*"), key=lambda p: p.stat().st_size)
+    if not found:
+        raise DatasetMissing(f"no Debian Packages index in {APT_LISTS}: run `apt-get update`")
+    return found[-1]
+
+
+def load_debian_sections(path: str | os.PathLike | None = None, *,
+                         sections: tuple[str, ...] | None = None) -> PackageSynopses:
+    """Debian package synopses with their sections (from apt's own index unless ``path`` is given)."""
+    p = Path(path) if path is not None else debian_packages_path()
+    if not p.exists():
+        raise DatasetMissing(f"Debian Packages index not found at {p}")
+    return parse_debian_packages(p, sections=sections)
 
 
 def _offline_env() -> None:
