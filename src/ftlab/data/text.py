@@ -35,8 +35,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -188,7 +190,8 @@ def _read_index(path: Path) -> str:
             raise ValueError(f"{path} is not a readable lz4 file: {done.stderr.decode(errors='replace').strip()}")
         data = done.stdout
     else:
-        opener = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}.get(path.suffix, open)
+        openers: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+        opener = openers.get(path.suffix, open)
         try:
             with opener(path, "rb") as fh:
                 data = fh.read()

@@ -1,0 +1,445 @@
+"""A real PEFT LoRA adapter carried to another base with ``ftlab transfer --out-format lora``, judged on a real task.
+
+    python benchmarks/bench_lora_transfer.py --pilot            # premise pilot: probe vs a LoRA trained on B (seed 100)
+    python benchmarks/bench_lora_transfer.py                    # the run: every pair and seed (resumes from its store)
+    python benchmarks/bench_lora_transfer.py --report           # tables, verdicts and figure from the store only
+
+The task, chosen because it was not used to design any of ftlab's defaults: Debian package synopses (the
+``Description:`` line of apt's bookworm ``main`` index, :func:`ftlab.data.text.load_debian_sections`) labelled by
+their archive section, six sections (``SECTIONS``), per seed 200 training and 100 test synopses per section drawn
+from the pool. The first 100 training texts of a seed are the calibration file every transfer and heal gets.
+
+Per pair (source base A -> target base B) and seed, the rows are:
+
+* ``A+LoRA``: a PEFT LoRA (rank 8, ``lora_alpha`` 16, dropout 0.1, on the query/value projections, the classifier
+  in ``modules_to_save``) trained on A for 3 epochs (AdamW 1e-3, batch 16, 64 tokens);
+* ``B probe``: B frozen, a multinomial logistic regression (L-BFGS, L2 1e-3) on the classifier's input features;
+* ``B+LoRA``: the same LoRA recipe trained on B directly (the reference a transfer should approach);
+* ``ftlab``: ``ftlab transfer`` with its defaults, as docs/transfer.md and ``--help`` show the command for the pair;
+* ``naive``: the same command with ``--method naive`` (pad/truncate); ``copy``: A's adapter loaded onto B as it is
+  (only where the shapes agree);
+* ``ftlab, head only``: the same command at ``--alpha 0`` (the head ftlab fits on the 100 calibration texts, on
+  B's base features, and no encoder delta): what the transported adapter adds over it;
+* ``heal k``: ftlab's adapter after k steps of LoRA training on the 100 calibration texts (AdamW 1e-3, batch 16,
+  ``ftlab.transfer.heal``), against a fresh LoRA on B trained the same k steps on the same texts.
+
+Store: ``<out>/lora-transfer.jsonl`` (one line per pair, seed and part; a killed run resumes), trained adapters
+under ``<out>/lora-work``. The report writes docs/lora-transfer.csv, the generated block of docs/lora-transfer.md and
+docs/figures/lora-heal.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# Fixed before the run from the pilot (see docs/lora-transfer.md): six sections of comparable size whose
+# synopses are not separable by one keyword.
+SECTIONS = ("admin", "net", "science", "sound", "text", "utils")
+PILOT_SECTIONS = {
+    "six": SECTIONS,
+    "easy": ("admin", "games", "graphics", "net", "science", "sound"),
+}
+N_TRAIN, N_TEST, N_CALIB = 200, 100, 100  # per section, per section, in all
+SEEDS = (0, 1, 2, 3, 4)
+HEAL_STEPS = (0, 10, 25, 50, 100)
+MAX_LEN, BATCH, EPOCHS, LR, RANK = 64, 16, 3, 1e-3, 8
+PAIRS = {
+    # name: (A, B, LoRA modules of A, of B, extra arguments of the documented command)
+    "MiniLM-L3 -> L6": ("minilm-l3", "minilm-l6", ("query", "value"), ("query", "value"), ()),
+    "MiniLM-L6 -> MPNet": ("minilm-l6", "mpnet", ("query", "value"), ("q", "v"), ("--seq-align", "mean")),
+}
+HF_CLASS = "AutoModelForSequenceClassification"
+PARTS = ("source", "probe", "direct", "transfer", "heal", "head only")
+
+
+# ------------------------------------------------------------------------------------------------ data and models
+def task(seed: int, sections: tuple[str, ...] = SECTIONS) -> dict[str, list]:
+    """Texts and labels of one seed: ``train`` (200 per section, shuffled; its first 100 are ``calib``), ``test``."""
+    from ftlab.data.text import load_debian_sections
+
+    data = load_debian_sections(sections=sections)
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for c in range(len(data.classes)):
+        idx = rng.permutation(np.flatnonzero(data.labels == c))
+        if idx.size < N_TRAIN + N_TEST:
+            raise ValueError(f"section {data.classes[c]!r} has {idx.size} synopses, fewer than {N_TRAIN + N_TEST}")
+        train += [(data.synopses[i], c) for i in idx[:N_TRAIN]]
+        test += [(data.synopses[i], c) for i in idx[N_TRAIN:N_TRAIN + N_TEST]]
+    order = rng.permutation(len(train))
+    train = [train[i] for i in order]
+    return {"train": train, "test": test, "calib": train[:N_CALIB], "classes": list(data.classes)}
+
+
+def base_folder(name: str, work: Path) -> Path:
+    """The Hugging Face folder of a base as a user has it (L3 is converted once from its ONNX file)."""
+    from ftlab.data.text import minilm_l6_path
+    from ftlab.data.weights import mpnet_base_path
+
+    if name == "minilm-l6":
+        return minilm_l6_path()
+    if name == "mpnet":
+        return mpnet_base_path()
+    folder = work / "bases" / name
+    if not (folder / "model.safetensors").is_file():
+        import torch
+        from transformers import BertModel
+
+        from ftlab.data.text import load_minilm_l3
+
+        encoder, tok = load_minilm_l3()
+        torch.manual_seed(0)  # the ONNX export holds no pooler: the folder gets one drawn here, as a checkpoint has one
+        model = BertModel(encoder.config)
+        missing, unexpected = model.load_state_dict(encoder.state_dict(), strict=False)
+        if unexpected or any(not k.startswith("pooler.") for k in missing):
+            raise RuntimeError(f"MiniLM-L3 does not fit BertModel: missing {missing}, unexpected {unexpected}")
+        tmp = folder.with_name(name + ".tmp")
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        tmp.rename(folder)
+    return folder
+
+
+def load_task_model(folder: Path, n_labels: int, seed: int):
+    import torch
+    from transformers import AutoModelForSequenceClassification, logging
+
+    logging.set_verbosity_error()
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=n_labels)
+
+
+def batches(tok, rows, size: int, *, labels: bool = True) -> list[dict]:
+    import torch
+
+    out = []
+    for i in range(0, len(rows), size):
+        chunk = rows[i:i + size]
+        enc = dict(tok([t for t, _ in chunk], truncation=True, max_length=MAX_LEN, padding=True, return_tensors="pt"))
+        if labels:
+            enc["labels"] = torch.tensor([y for _, y in chunk])
+        out.append(enc)
+    return out
+
+
+def test_accuracy(model, tok, rows) -> float:
+    """Share of ``rows`` (text, label) the model classifies right."""
+    import torch
+
+    model.eval()
+    pred = []
+    with torch.no_grad():
+        for b in batches(tok, rows, 64, labels=False):
+            pred.append(model(**b).logits.argmax(-1))
+    return float((torch.cat(pred) == torch.tensor([y for _, y in rows])).double().mean())
+
+
+def tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def train_lora(folder: Path, modules, rows, n_labels: int, seed: int, out: Path) -> None:
+    """The LoRA recipe of the benchmark, trained on ``rows`` and saved into ``out`` (skipped when present)."""
+    import peft
+    import torch
+
+    if (out / "adapter_model.safetensors").is_file():
+        return
+    model = load_task_model(folder, n_labels, seed)
+    pm = peft.get_peft_model(model, peft.LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.1,
+                                                    target_modules=list(modules), modules_to_save=["classifier"]))
+    tok = tokenizer(folder)
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=LR)
+    g = np.random.default_rng(seed)
+    pm.train()
+    for _ in range(EPOCHS):
+        order = g.permutation(len(rows))
+        for b in batches(tok, [rows[i] for i in order], BATCH):
+            loss = pm(**b).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    tmp = out.with_name(out.name + ".tmp")
+    pm.save_pretrained(str(tmp))
+    tmp.rename(out)
+
+
+def with_adapter(folder: Path, adapter: Path, n_labels: int, seed: int):
+    import peft
+
+    return peft.PeftModel.from_pretrained(load_task_model(folder, n_labels, seed), str(adapter)).eval()
+
+
+def probe_accuracy(folder: Path, data: dict, seed: int) -> float:
+    """B frozen; logistic regression (L-BFGS, L2 1e-3 on the weights) on the classifier's input features."""
+    import torch
+
+    model = load_task_model(folder, len(data["classes"]), seed).eval()
+    tok = tokenizer(folder)
+    feats: list = []
+    hook = model.classifier.register_forward_pre_hook(lambda m, args: feats.append(args[0].detach()))
+
+    def features(rows):
+        feats.clear()
+        with torch.no_grad():
+            for b in batches(tok, rows, 64, labels=False):
+                model(**b)
+        x = torch.cat(feats).double()
+        return x[:, 0] if x.dim() == 3 else x  # MPNet's head reads token 0 of the sequence
+
+    xtr, xte = features(data["train"]), features(data["test"])
+    hook.remove()
+    mu, sd = xtr.mean(0), xtr.std(0) + 1e-6
+    xtr, xte = (xtr - mu) / sd, (xte - mu) / sd
+    ytr = torch.tensor([y for _, y in data["train"]])
+    w = torch.zeros(xtr.shape[1], len(data["classes"]), dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(len(data["classes"]), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(xtr @ w + b, ytr) + 1e-3 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    pred = (xte @ w + b).argmax(-1)
+    return float((pred == torch.tensor([y for _, y in data["test"]])).double().mean())
+
+
+def run_transfer(a: Path, adapter: Path, b: Path, calib: Path, out: Path, extra) -> dict:
+    """``ftlab transfer`` as a user runs it, in its own process; returns wall time and the report's figures."""
+    if not (out / "report.json").is_file():
+        ftlab = Path(sys.executable).with_name("ftlab")
+        cmd = [str(ftlab), "transfer", "--source-base", str(a), "--source-finetuned", str(adapter), "--target-base",
+               str(b), "--hf-class", HF_CLASS, "--data", str(calib), "--out", str(out), *extra]
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"ftlab transfer failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+        (out / "stderr.txt").write_text(done.stderr)
+        (out / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.2f}")
+    report = json.loads((out / "report.json").read_text())
+    diag = report.get("diagnostic") or {}
+    return {"wall_s": float((out / "wall_s.txt").read_text()), "estimate": diag.get("estimate"),
+            "peak_mb": report.get("peak_rss_mb")}
+
+
+# ------------------------------------------------------------------------------------------------ one point
+def run_point(pair: str, seed: int, part: str, sections: tuple[str, ...] = SECTIONS, out: str = "") -> list[dict]:
+    """One part of one (pair, seed): records ``{"row", "acc", ...}``."""
+    import torch
+
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    work = Path(out) / "lora-work"
+    a_name, b_name, a_mod, b_mod, extra = PAIRS[pair]
+    a, b = base_folder(a_name, work), base_folder(b_name, work)
+    data = task(seed, tuple(sections))
+    k = len(data["classes"])
+    tag = "-".join(sections) if tuple(sections) != SECTIONS else "main"
+    sdir = work / tag / f"seed{seed}"
+    sdir.mkdir(parents=True, exist_ok=True)
+    a_lora = sdir / f"{a_name}-lora"
+    if part == "source":
+        train_lora(a, a_mod, data["train"], k, seed, a_lora)
+        return [{"row": "A+LoRA", "acc": test_accuracy(with_adapter(a, a_lora, k, seed), tokenizer(a), data["test"])}]
+    if part == "probe":
+        return [{"row": "B probe", "acc": probe_accuracy(b, data, seed)}]
+    if part == "direct":
+        b_lora = sdir / f"{b_name}-lora"
+        train_lora(b, b_mod, data["train"], k, seed, b_lora)
+        return [{"row": "B+LoRA", "acc": test_accuracy(with_adapter(b, b_lora, k, seed), tokenizer(b), data["test"])}]
+    train_lora(a, a_mod, data["train"], k, seed, a_lora)
+    calib = sdir / "calib.jsonl"
+    if not calib.is_file():
+        calib.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in data["calib"]))
+    tok_b = tokenizer(b)
+    ftlab_out = sdir / f"{a_name}-to-{b_name}"
+    if part == "transfer":
+        recs = []
+        for row, dest, more in (("ftlab", ftlab_out, ()), ("naive", sdir / f"{a_name}-to-{b_name}-naive",
+                                                             ("--method", "naive"))):
+            info = run_transfer(a, a_lora, b, calib, dest, (*extra, *more))
+            recs.append({"row": row, "acc": test_accuracy(with_adapter(b, dest, k, seed + 1000), tok_b, data["test"]),
+                         **info})
+        if a_name.startswith("minilm") and b_name.startswith("minilm"):  # equal widths: A's adapter loads onto B
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = with_adapter(b, a_lora, k, seed + 1000)
+            recs.append({"row": "copy", "acc": test_accuracy(model, tok_b, data["test"])})
+        return recs
+    if part == "head only":  # the ablation: ftlab's refitted head on B's base features, no encoder delta
+        dest = sdir / f"{a_name}-to-{b_name}-alpha0"
+        info = run_transfer(a, a_lora, b, calib, dest, (*extra, "--alpha", "0"))
+        return [{"row": "ftlab, head only", "acc": test_accuracy(with_adapter(b, dest, k, seed + 1000), tok_b,
+                                                                data["test"]), **info}]
+    if part == "heal":
+        from ftlab.transfer.heal import HealRecipe, fresh_lora, heal_adapter
+
+        run_transfer(a, a_lora, b, calib, ftlab_out, extra)
+        fresh = sdir / f"{b_name}-fresh"
+        if not (fresh / "adapter_model.safetensors").is_file():
+            fresh.mkdir(exist_ok=True)
+            fresh_lora(load_task_model(b, k, seed), fresh, r=RANK, target_modules=b_mod,
+                       modules_to_save=["classifier"], lora_alpha=2 * RANK, seed=seed)
+        recs = []
+        train = batches(tok_b, data["calib"], BATCH)
+        for row, start in (("heal ftlab", ftlab_out), ("heal fresh", fresh)):
+            def record(step, model, row=row):
+                if step in HEAL_STEPS:
+                    recs.append({"row": row, "steps": step, "acc": test_accuracy(model, tok_b, data["test"])})
+
+            heal_adapter(load_task_model(b, k, seed + 1000), start, train, lambda m, bt: m(**bt).loss,
+                         HealRecipe(steps=max(HEAL_STEPS), lr=LR, seed=seed), callback=record)
+        return recs
+    raise ValueError(f"part {part!r} is not one of {PARTS}")
+
+
+# ------------------------------------------------------------------------------------------------ report
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("FTLAB_BENCH_OUT", "results"), help="store and work folder")
+    ap.add_argument("--pilot", action="store_true", help="the premise pilot (seed 100, MiniLM-L6 probe vs LoRA)")
+    ap.add_argument("--report", action="store_true", help="no training: write the docs from the store")
+    ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pair names")
+    ap.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds to run (first n of SEEDS)")
+    args = ap.parse_args(argv)
+    from ftlab.core.sweep import run_sweep
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.pilot:
+        points = [{"pair": "MiniLM-L3 -> L6", "seed": 100, "part": part, "sections": list(secs), "out": str(out)}
+                  for secs in PILOT_SECTIONS.values() for part in ("probe", "direct")]
+        df = run_sweep(run_point, points, store=out / "lora-pilot.jsonl", workers=1, desc="pilot")
+        df["sections"] = df["sections"].map(lambda s: ",".join(s))
+        print(df.pivot_table(index="sections", columns="row", values="acc").round(3).to_string())
+        return
+    pairs = [p.strip() for p in args.pairs.split(",")]
+    store = out / "lora-transfer.jsonl"
+    if not args.report:
+        points = [{"pair": pair, "seed": s, "part": part, "out": str(out)}
+                  for pair in pairs for s in SEEDS[:args.seeds] for part in PARTS]
+        run_sweep(run_point, points, store=store, workers=1, desc="lora transfer")
+    write_report(store)
+
+
+# The goals, fixed before the run (ftlab's own, not a paper's claims): each is a paired difference per seed whose
+# 95% Student-t interval decides "met" (interval above 0), "missed" (below 0) or "undecided" (straddles 0).
+GOALS = {
+    "ftlab >= B probe": "ftlab - probe",
+    "ftlab closes >= 30% of probe -> B+LoRA": "(ftlab - probe) - 0.3 (B+LoRA - probe)",
+    "heal 50 steps within 2 points of B+LoRA": "heal ftlab@50 - B+LoRA + 0.02",
+}
+PREMISE = "B+LoRA - probe"  # a transfer is judged only where a LoRA on B beats B's probe
+
+
+def seed_table(records):
+    """One row per (pair, seed), one column per row name (heal rows as ``heal ftlab@k``)."""
+    import pandas as pd
+
+    df = pd.DataFrame(records)
+    if "steps" in df:
+        heal = df["steps"].notna()
+        df.loc[heal, "row"] = df.loc[heal, "row"] + "@" + df.loc[heal, "steps"].astype(int).astype(str)
+    return df.pivot_table(index=["pair", "seed"], columns="row", values="acc")
+
+
+def goal_values(t) -> dict[str, object]:
+    """Per-seed paired differences of the goals and the premise (pandas Series indexed like ``t``)."""
+    gap = t["B+LoRA"] - t["B probe"]
+    vals = {PREMISE: gap, "ftlab >= B probe": t["ftlab"] - t["B probe"],
+            "ftlab closes >= 30% of probe -> B+LoRA": (t["ftlab"] - t["B probe"]) - 0.3 * gap}
+    if "heal ftlab@50" in t:
+        vals["heal 50 steps within 2 points of B+LoRA"] = t["heal ftlab@50"] - t["B+LoRA"] + 0.02
+    return vals
+
+
+def word(lo: float, hi: float) -> str:
+    import math
+
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "undecided"
+    return "met" if lo > 0 else "missed" if hi < 0 else "undecided"
+
+
+def write_report(store: Path) -> None:
+    """docs/lora-transfer.csv (per seed), the generated block of docs/lora-transfer.md, docs/figures/lora-heal.png."""
+    from _common import replace_block
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.core.results import atomic_write_text
+    from ftlab.core.sweep import read_store
+    from ftlab.experiments.verdicts import t_interval
+
+    records = [{**e["point"], **r} for e in read_store(store).values() for r in e["records"]]
+    if not records:
+        raise SystemExit(f"{store} holds no finished points: run the benchmark first")
+    t = seed_table(records)
+    atomic_write_text(DOCS / "lora-transfer.csv", t.round(4).to_csv())
+    order = ["A+LoRA", "B probe", "B+LoRA", "ftlab", "ftlab, head only", "naive", "copy"]
+    lines = []
+    fig, axes = new_figure(1, len(t.index.unique("pair")), size=(5.2 * len(t.index.unique("pair")), 3.6))
+    axes = np.atleast_1d(axes)
+    for ax, (pair, tp) in zip(axes, t.groupby(level="pair", sort=False)):
+        tp = tp.droplevel("pair")
+        n = len(tp)
+        lines += [f"### {pair} ({n} seeds: {', '.join(str(s) for s in tp.index)})", "",
+                  "| row | test accuracy, mean [95% interval] | per seed |", "|---|---|---|"]
+        heal = sorted((c for c in tp.columns if "@" in c), key=lambda c: (c.split("@")[0], int(c.split("@")[1])))
+        for row in order + heal:
+            if row not in tp:
+                continue
+            m, lo, hi = t_interval(tp[row].to_numpy())
+            lines.append(f"| {row} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {' '.join(f'{v:.3f}' for v in tp[row])} |")
+        lines += ["", "| paired difference per seed | mean [95% interval] | goal |", "|---|---|---|"]
+        for name, vals in goal_values(tp).items():
+            m, lo, hi = t_interval(vals.to_numpy())
+            label = "premise: " + name if name == PREMISE else f"{name}: {GOALS[name]}"
+            verdict = ("holds" if lo > 0 else "fails" if hi < 0 else "undecided") if name == PREMISE else word(lo, hi)
+            lines.append(f"| {label} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | {verdict} |")
+        for name, cols in (("ftlab - ftlab, head only (what the carried encoder delta adds)", ("ftlab", "ftlab, head only")),
+                           ("heal ftlab@50 - heal fresh@50", ("heal ftlab@50", "heal fresh@50"))):
+            if set(cols) <= set(tp):
+                m, lo, hi = t_interval((tp[cols[0]] - tp[cols[1]]).to_numpy())
+                lines.append(f"| {name} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | (ftlab's finding, no goal) |")
+        if {"ftlab", "B probe", "B+LoRA"} <= set(tp):
+            gap = (tp["B+LoRA"] - tp["B probe"]).mean()
+            closed = (tp["ftlab"] - tp["B probe"]).mean() / gap if gap else float("nan")
+            lines.append(f"\nShare of the probe -> B+LoRA gap closed by ftlab's adapter (ratio of means): "
+                         f"{closed:.2f}.")
+        for row, style in (("heal ftlab", "o-"), ("heal fresh", "s--")):
+            cols = [c for c in heal if c.startswith(row + "@")]
+            if not cols:
+                continue
+            ks = [int(c.split("@")[1]) for c in cols]
+            stats = [t_interval(tp[c].to_numpy()) for c in cols]
+            ax.errorbar(ks, [s[0] for s in stats], yerr=[[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]],
+                        fmt=style, capsize=3, label=("from ftlab's adapter" if row == "heal ftlab" else "fresh LoRA on B"))
+        for row, color in (("B probe", "0.5"), ("B+LoRA", "k")):
+            if row in tp:
+                ax.axhline(tp[row].mean(), color=color, ls=":", label=f"{row} (mean)")
+        ax.set(title=pair, xlabel="LoRA steps on the 100 calibration texts", ylabel="test accuracy")
+        ax.legend(fontsize=7)
+        lines.append("")
+    save_figure(fig, DOCS / "figures" / "lora-heal.png")
+    body = "\n".join(lines) + f"\n\n*From {store.name}: {len(records)} records.*"
+    replace_block(DOCS / "lora-transfer.md", "<!-- BEGIN generated -->", "<!-- END generated -->", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
