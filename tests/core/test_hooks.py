@@ -99,6 +99,21 @@ def test_attention_with_float_mask_and_weights():
         torch.testing.assert_close(g, r, rtol=0, atol=1e-12)
 
 
+def test_quiet_attention_computes_as_when_captured_and_records_nothing():
+    """A quiet nn.MultiheadAttention runs the decomposed forward (bit for bit the captured computation, which in float32
+    differs from torch's own fused one) and records none of its points; its forward is restored afterwards."""
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(8, 8), nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
+    x = torch.randn(3, 6, 8)
+    with capture(model, ["0", "1.self_attn"]) as cap:
+        recorded = model(x)
+    with capture(model, ["0"], quiet=["1.self_attn", "1.linear1"]) as cap_q:
+        quiet = model(x)
+    assert torch.equal(quiet, recorded) and "1.self_attn.q" in cap.outputs
+    assert set(cap_q.outputs) == {"0"} and hook_count(model) == 0
+    assert "forward" not in model[1].self_attn.__dict__
+
+
 def test_hooks_removed_even_when_the_loss_raises():
     model = nn.Sequential(nn.Linear(3, 4), nn.TransformerEncoderLayer(4, 2, 8, batch_first=True))
     before = model[1].self_attn.forward

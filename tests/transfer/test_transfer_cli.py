@@ -188,7 +188,14 @@ def test_cli_unsupported_layer_is_named(factories, tmp_path, capsys):
 
 
 def test_cli_non_finite_gradients(factories, tmp_path, capsys):
-    code, _, err = run(factory_args(tmp_path, factories, "plain", loss="nan_grad_loss"), capsys)
+    from safetensors.torch import load_file, save_file
+
+    # a task vector that is nonzero (a zero one needs no map, and no gradient is read for it)
+    tuned = {k: v + 0.01 for k, v in load_file(str(tmp_path / "plain.safetensors")).items()}
+    save_file(tuned, str(tmp_path / "tuned.safetensors"))
+    args = factory_args(tmp_path, factories, "plain", loss="nan_grad_loss")
+    args[args.index("--source-finetuned") + 1] = str(tmp_path / "tuned.safetensors")
+    code, _, err = run(args, capsys)
     assert code == 2 and "non-finite gradient" in err
     assert not (tmp_path / "out").exists()
 

@@ -529,3 +529,131 @@ def test_wider_target_through_depthwise_and_batchnorm_spaces_is_exact():
     f_in, f_out = res.fits["blocks.0.depthwise"]
     assert f_in.R is f_out.R and f_in.R.shape == (12, 14)
     torch.testing.assert_close(f_in.R @ f_in.R.T, torch.eye(12, dtype=DT), atol=1e-9, rtol=0)  # an isometry
+
+
+# -- maps that carry nothing: skipped, exactly ----------------------------------------------------------------
+
+#: The entries of each case's tau_A kept (the rest zeroed), as (name regex, rows kept or None for all): a LoRA-like
+#: task on some layers. vit: q and v thirds of a fused in_proj (k's third zero: k's point is skipped while its input
+#: rows, shared with q and v, are still collected for them); bert: q and v of both layers and one MLP layer;
+#: cnn: one depthwise kernel, one BatchNorm and the classifier.
+PARTIAL = {"vit": [(r"blocks\.0\.self_attn\.in_proj_(weight|bias)", [(0, 16), (32, 48)]),
+                   (r"blocks\.1\.linear2\.weight", None)],
+           "bert": [(r"bert\.encoder\.layer\.\d\.attention\.self\.(query|value)\.weight", None),
+                    (r"bert\.encoder\.layer\.1\.intermediate\.dense\.weight", None)],
+           "cnn": [(r"blocks\.1\.depthwise\.weight", None), (r"blocks\.1\.bn1\.(weight|bias)", None), (r"fc\..*", None)]}
+
+
+def _partial(name: str, tensors: dict) -> dict:
+    """``tensors`` with the entries (or row blocks) outside ``PARTIAL[name]`` zeroed."""
+    out = {}
+    for k, v in tensors.items():
+        rule = next((rows for pat, rows in PARTIAL[name] if re.fullmatch(pat, k)), False)
+        w = v.clone() if rule is None else torch.zeros_like(v)
+        for a, b in rule or ():
+            w[a:b] = v[a:b]
+        out[k] = w
+    return out
+
+
+def partial_case(name):
+    """A permuted copy and a partial ``tau_A``; its truth is the full truth masked alike (every permutation keeps the
+    masked blocks: whole entries, and the q/k/v thirds of a fused projection each permuted inside)."""
+    A, A_ft, B, batches, loss, opts, truth = _setup(name)
+    whole = TaskVector.from_models(A, A_ft)
+    return A, whole, TaskVector(_partial(name, dict(whole.items()))), B, batches, loss, opts, _partial(name, truth)
+
+
+@pytest.mark.parametrize("name", ["vit", "bert", "cnn"])
+def test_maps_that_carry_no_task_vector_are_skipped_and_change_nothing(name, monkeypatch):
+    import json
+
+    import ftlab.transfer.calibrate as calibrate
+    from ftlab.core.results import to_jsonable
+
+    A, whole, tau, B, batches, loss, opts, truth = partial_case(name)
+    hooked: list[set[str]] = []
+    plan = calibrate.plan_calibration
+    monkeypatch.setattr(calibrate, "plan_calibration",
+                        lambda *a, **k: hooked.append(set((p := plan(*a, **k)).target_points())) or p)
+    skip = fit_transfer(A, tau, B, batches, loss, options=TransferOptions(**opts))
+    full = fit_transfer(A, tau, B, batches, loss, options=TransferOptions(**opts, all_maps=True))
+    # the same task vector, entry by entry, and the exact one of the permuted copy
+    assert set(skip.task_vector) == set(full.task_vector)
+    for k, v in full.task_vector.items():
+        assert float((skip.task_vector[k] - v).norm()) <= 1e-12 * max(full.task_vector.norm(), 1e-300), k
+    assert rel_err(skip.task_vector, truth) < 1e-5
+    zero = [k for k, v in truth.items() if k in skip.task_vector and not v.any()]
+    assert zero and all(not skip.task_vector[k].any() for k in zero)  # zero tau_A there: exactly zero tau_B
+    # fewer points calibrated and solved; the skipped ones reported as such, with zero norms and no map
+    assert skip.skipped and not full.skipped and skip.skipped < set(skip.pairs)
+    assert hooked[0] == set(skip.pairs) - skip.skipped and hooked[1] == set(full.pairs)
+    rep, rep_full = skip.report(), full.report()
+    assert 0 < rep["solves"] < rep_full["solves"] and rep["skipped"] == sorted(skip.skipped)
+    for rec in rep["layers"]:
+        if rec["target"] in skip.skipped:
+            assert rec["skipped"] and rec["source_norm"] == 0 and rec["target_norm"] == 0
+            assert not any(k.endswith("_map") for k in rec)
+        else:
+            assert "skipped" not in rec and "out_map" in rec
+    json.dumps(to_jsonable(rep))
+    # the fitted maps carry only task vectors that are zero where they were skipped
+    with pytest.raises(ValueError, match="all_maps=True"):
+        skip.fitted.apply(whole)
+    assert full.fitted.apply(whole).norm() > 0
+
+
+def test_skipped_attention_layers_leave_a_float32_transfer_bit_for_bit():
+    """A skipped nn.MultiheadAttention still runs the decomposed forward of a captured one (torch's own differs in
+    float32 rounding, which moved tau_B by 5e-7 relative): the statistics of the other layers are the same."""
+    g = torch.Generator().manual_seed(11)
+    A, B, _, _, batches, loss, skip, opts = CASES["vit"](g)
+    A, B = A.float(), B.float()
+    batches = [tuple(t.float() if t.is_floating_point() else t for t in b) for b in batches]
+    tau = TaskVector(_partial("vit", dict(TaskVector.from_models(A, perturb_(copy.deepcopy(A), 5, skip=skip)).items())))
+    got = fit_transfer(A, tau, B, batches, loss, options=TransferOptions(**opts))
+    want = fit_transfer(A, tau, B, batches, loss, options=TransferOptions(**opts, all_maps=True))
+    assert "blocks.1.self_attn.q" in got.skipped and (got.task_vector - want.task_vector).norm() <= \
+        1e-12 * want.task_vector.norm()
+
+
+def test_a_zero_task_vector_needs_no_solve():
+    A, A_ft, B, batches, loss, opts, _ = _setup("bert")
+    zero = TaskVector({k: torch.zeros_like(v) for k, v in TaskVector.from_models(A, A_ft).items()})
+    res = fit_transfer(A, zero, B, batches, loss, options=TransferOptions(**opts))
+    assert res.report()["solves"] == 0 and res.skipped == set(res.pairs) and res.task_vector.norm() == 0
+
+
+@pytest.mark.parametrize("name", ["bert", "cnn"])
+def test_diagnose_equals_the_diagnosis_of_the_transfer_without_transport_or_repair(name, monkeypatch):
+    """diagnose() reads only the fit's statistics: the same diagnosis as the transfer's (skipped layers included),
+    with the transport and the BatchNorm statistics repair never run (both made to fail here)."""
+    import math
+
+    from ftlab.transfer import diagnose
+    from ftlab.transfer.diagnose import diagnosis_from_result
+    from ftlab.transfer.methods.procrustes import FittedMaps
+
+    A, _, tau, B, batches, loss, opts, _ = partial_case(name)
+    res = fit_transfer(A, tau, B, batches, loss, options=TransferOptions(**opts, diagnostics=True))
+    if name == "cnn":
+        assert res.repair is not None  # the transfer repairs B's BatchNorm statistics
+    want = diagnosis_from_result(res)
+    everything = diagnose(A, tau, B, batches, loss, options=TransferOptions(**opts, all_maps=True))
+
+    def forbidden(*a, **k):
+        raise AssertionError("diagnose ran a step only the written output needs")
+
+    monkeypatch.setattr(FittedMaps, "apply", forbidden)
+    monkeypatch.setattr("ftlab.transfer.repair.fit_repair", forbidden)
+    got = diagnose(A, tau, B, batches, loss, options=TransferOptions(**opts))
+    same = lambda a, b: a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))  # noqa: E731
+    assert got.n_batches == want.n_batches and got.options == want.options and len(got.layers) == len(want.layers)
+    for x, y in zip(got.layers, want.layers):
+        assert x.keys() == y.keys() and all(same(x[k], y[k]) for k in x), x["target"]
+    assert (got.estimate, got.estimate_cka, got.zeroed_share) == (want.estimate, want.estimate_cka, want.zeroed_share)
+    assert any(r["skipped"] for r in got.layers) and 0 < got.estimate <= 1
+    # skipping the layers the task vector does not touch leaves the estimates as they are
+    assert not any(r["skipped"] for r in everything.layers)
+    assert got.estimate == pytest.approx(everything.estimate, rel=1e-12, abs=0)
+    assert got.estimate_cka == pytest.approx(everything.estimate_cka, rel=1e-12, abs=0)

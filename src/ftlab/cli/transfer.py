@@ -269,8 +269,9 @@ def _expectation(fit):
 
 
 def _diagnose_only(A, A_ft, B, loss, m, opts, kw: dict, out: Path, head: dict, t0: float) -> None:
-    """``--diagnose``: the fit's own statistics (one calibration pass, the transfer's cost; CKA only with
-    --diagnostics), written to diagnosis.json with ftlab's rule."""
+    """``--diagnose``: the fit's own statistics (one calibration pass and the solves, without the transport and
+    the repair: at most the transfer's cost; CKA only with --diagnostics), written to diagnosis.json with ftlab's
+    rule."""
     from ftlab.transfer import diagnose
 
     with warnings.catch_warnings():

@@ -217,8 +217,9 @@ def _mha_attention(mha: nn.MultiheadAttention, q, k, v, attn_mask, key_padding_m
     return (attn @ vh).transpose(1, 2).reshape(B, T, E), attn
 
 
-def _mha_forward(cap: Captured, name: str):
-    """A decomposed forward for an ``nn.MultiheadAttention``, numerically equal to torch's."""
+def _mha_forward(cap: Captured, name: str, record: bool = True):
+    """A decomposed forward for an ``nn.MultiheadAttention``, numerically equal to torch's (up to rounding: torch's
+    own forward may use fused kernels); ``record=False``: the same computation, nothing recorded."""
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
@@ -232,11 +233,12 @@ def _mha_forward(cap: Captured, name: str):
         if not self.batch_first:  # to (B, T, E)
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
         q, k, v = _mha_projections(self, query, key, value)
-        for part, inp, out in (("q", query, q), ("k", key, k), ("v", value, v)):
+        for part, inp, out in (("q", query, q), ("k", key, k), ("v", value, v)) if record else ():
             cap._record(f"{name}.{part}", inp, out)
         o, attn = _mha_attention(self, q, k, v, attn_mask, key_padding_mask, is_causal)
         out = F.linear(o, self.out_proj.weight, self.out_proj.bias)
-        cap._record(f"{name}.out_proj", o, out)
+        if record:
+            cap._record(f"{name}.out_proj", o, out)
         out = out if self.batch_first else out.transpose(0, 1)
         weights = (attn.mean(1) if average_attn_weights else attn) if need_weights else None
         if unbatched:
@@ -274,10 +276,13 @@ def param_uses(cap: Captured, name: str) -> int:
 
 @contextlib.contextmanager
 def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool = True,
-            params=()) -> Iterator[Captured]:
+            params=(), quiet=()) -> Iterator[Captured]:
     """Record inputs and outputs of the selected points of ``model`` while the block runs.
 
     ``params``: names of 2-D parameters used as bare projections ``x @ P`` (see the module docstring).
+    ``quiet``: names of modules that compute as if they were captured but record nothing (an
+    ``nn.MultiheadAttention`` among them runs the decomposed forward; other modules are left alone), so that a
+    capture of fewer points runs the very same arithmetic as one of more.
 
     Examples
     --------
@@ -321,6 +326,12 @@ def capture(model: nn.Module, select=None, *, inputs: bool = True, outputs: bool
                 cap._record(_name, inp, out)
 
             handles.append(mod.register_forward_hook(hook, with_kwargs=True))
+        mods = dict(model.named_modules())
+        for name in quiet:
+            found = mods.get(name)
+            if isinstance(found, nn.MultiheadAttention) and found not in patched:
+                found.forward = types.MethodType(_mha_forward(cap, name, record=False), found)  # type: ignore[method-assign]
+                patched.append(found)
         with mode:
             yield cap
     finally:

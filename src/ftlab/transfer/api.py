@@ -44,8 +44,10 @@ from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.repair import StatisticsRepair, fit_repair
 from ftlab.transfer.spec import TransportSpec, infer_spec
 from ftlab.transfer.task_vector import TaskVector
+from ftlab.transfer.transport import carried_points, fused_block
 
-__all__ = ["TransferResult", "fit_transfer", "pair_points", "split_options", "target_entries", "transfer"]
+__all__ = ["Fitting", "TransferResult", "fit_maps", "fit_transfer", "layer_records", "pair_points", "split_options",
+           "target_entries", "transfer"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,9 @@ class TransferResult:
     another task vector of the same source base with the same maps, no new calibration); ``copy_weights`` the
     weight of each target entry under ``options.copies`` (:meth:`~ftlab.transfer.layer_map.LayerMap.copy_weights`);
     ``repair`` base B's calibration statistics when ``options.repair`` asks for a statistics repair (None
-    otherwise, or when B has no norm layer with running statistics). :meth:`model` builds ``B + alpha tau_B``
+    otherwise, or when B has no norm layer with running statistics); ``skipped`` the paired target points whose
+    maps were neither calibrated nor fitted (no nonzero block of ``tau_A`` passes through them; ``options.all_maps``
+    fits them too). :meth:`model` builds ``B + alpha tau_B``
     with the repair applied; :meth:`with_copies` gives ``tau_B`` under another copy rule without a new fit.
     """
 
@@ -87,6 +91,7 @@ class TransferResult:
     layer_map_object: LayerMap | None = field(default=None, repr=False)
     heads: NewHeads | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
+    skipped: frozenset[str] = frozenset()
 
     def with_copies(self, copies: str) -> TaskVector:
         """``tau_B`` with a source layer that feeds several target layers shared by rule ``copies`` (``sum``,
@@ -110,22 +115,8 @@ class TransferResult:
         return out
 
     def layers(self) -> list[dict]:
-        """One record per target capture point: map shapes, CKA, alignment residuals, delta norms."""
-        rows = []
-        for tp, sp in self.pairs.items():
-            rec: dict = {"target": tp, "source": sp}
-            for side, fit in zip(("in", "out"), self.fits.get(tp, (None, None))):
-                if isinstance(fit, MapFit):
-                    rec.update({f"{side}_map": list(fit.R.shape), f"{side}_source": fit.source, f"{side}_rows": fit.n_rows,
-                                f"{side}_rank": fit.rank, f"{side}_dims": fit.dims,
-                                f"{side}_completed": [list(c) for c in fit.completed],
-                                f"{side}_precision": fit.precision, f"{side}_similarity": fit.similarity,
-                                f"{side}_cka": fit.cka, f"{side}_cka_naive": fit.cka_naive,
-                                f"{side}_cka_fit": fit.cka_fit,
-                                f"{side}_residual_naive": fit.residual_naive, f"{side}_residual_fit": fit.residual})
-            rec.update(self.point_norms.get(tp, {}))
-            rows.append(rec)
-        return rows
+        """One record per target capture point: map shapes, CKA, alignment residuals, delta norms (:func:`layer_records`)."""
+        return layer_records(self.pairs, self.fits, self.point_norms, self.skipped)
 
     def report(self) -> dict:
         """A JSON-ready summary (the CLI writes it)."""
@@ -135,6 +126,7 @@ class TransferResult:
                 "source_norm": self.source_norms.get("total"),
                 "target_norm": self.task_vector.norm(), "layers": self.layers(),
                 "heads": self.heads.report() if self.heads is not None else None, "notes": list(self.notes),
+                "solves": getattr(self.fitted, "n_solves", None), "skipped": sorted(self.skipped),
                 "parameters": [{"name": k, "shape": list(v.shape), "norm": float(v.double().norm())}
                                for k, v in self.task_vector.items()]}
 
@@ -160,19 +152,47 @@ def pair_points(source_spec: TransportSpec, target_spec: TransportSpec, layer_ma
     return pairs
 
 
-def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVector, tau_b: TaskVector) -> dict:
-    """Frobenius norms of the source and target deltas carried by each target point's maps."""
-    from ftlab.transfer.transport import fused_block
+def layer_records(pairs: Mapping[str, str], fits: Mapping, point_norms: Mapping[str, dict],
+                  skipped: frozenset[str] = frozenset()) -> list[dict]:
+    """One record per paired target point (``pairs[target] = source``): the shapes, ranks, similarities, CKA and
+    residuals of its fitted maps (``fits[target] = (fit_in, fit_out)``; keys ``in_*``/``out_*``, absent for a side
+    without a fitted map), its delta norms (``point_norms``), and ``skipped`` True for a point whose maps were not
+    fitted because no nonzero block of ``tau_A`` passes through it."""
+    rows = []
+    for tp, sp in pairs.items():
+        rec: dict = {"target": tp, "source": sp}
+        if tp in skipped:
+            rec["skipped"] = True
+        for side, fit in zip(("in", "out"), fits.get(tp, (None, None))):
+            if isinstance(fit, MapFit):
+                rec.update({f"{side}_map": list(fit.R.shape), f"{side}_source": fit.source, f"{side}_rows": fit.n_rows,
+                            f"{side}_rank": fit.rank, f"{side}_dims": fit.dims,
+                            f"{side}_completed": [list(c) for c in fit.completed],
+                            f"{side}_precision": fit.precision, f"{side}_similarity": fit.similarity,
+                            f"{side}_cka": fit.cka, f"{side}_cka_naive": fit.cka_naive,
+                            f"{side}_cka_fit": fit.cka_fit,
+                            f"{side}_residual_naive": fit.residual_naive, f"{side}_residual_fit": fit.residual})
+        rec.update(point_norms.get(tp, {}))
+        rows.append(rec)
+    return rows
 
+
+def _point_norms(spec, lmap: LayerMap, pairs: Mapping[str, str], tau_a: TaskVector, tau_b: TaskVector | None
+                 ) -> dict:
+    """Frobenius norms of the source and target deltas carried by each target point's maps (``source_norm``, and
+    ``target_norm`` when ``tau_b`` is given)."""
     sq: dict[str, list[float]] = {tp: [0.0, 0.0] for tp in pairs}
     for pname, rules in spec.rules.items():
         src = lmap.source_name(pname)
         for r in rules:
             if not r.carries or r.point not in sq:
                 continue
-            sq[r.point][1] += float(fused_block(tau_b[pname], r.part).double().pow(2).sum())
+            if tau_b is not None:
+                sq[r.point][1] += float(fused_block(tau_b[pname], r.part).double().pow(2).sum())
             if src is not None and src in tau_a:
                 sq[r.point][0] += float(fused_block(tau_a[src], r.part).double().pow(2).sum())
+    if tau_b is None:
+        return {tp: {"source_norm": a ** 0.5} for tp, (a, _) in sq.items()}
     return {tp: {"source_norm": a ** 0.5, "target_norm": b ** 0.5} for tp, (a, b) in sq.items()}
 
 
@@ -273,16 +293,19 @@ def _layer_map(source: nn.Module, target: nn.Module, opts: TransferOptions, data
                            name_map=opts.name_map)
 
 
-def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, opts: TransferOptions
-             ) -> TransferProblem:
-    """The transfer problem; with transport specs and point pairs for methods that fit maps."""
+def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, opts: TransferOptions,
+             tau_a: TaskVector) -> TransferProblem:
+    """The transfer problem; with transport specs and point pairs for methods that fit maps, and (unless
+    ``opts.all_maps``) the paired points that carry no nonzero block of ``tau_a`` marked to be skipped."""
     shapes = target_entries(target)
     vocab = vocab_maps(opts.vocab_map, source, target, lmap.source_name)
     if m.calibration != "maps":
         return TransferProblem(lmap, shapes, vocab_maps=vocab)
     specs = [infer_spec(mod, zero_params=opts.zero_params, overrides=ov, norm_gain=opts.norm_gain)
              for mod, ov in ((source, opts.source_overrides), (target, opts.target_overrides))]
-    return TransferProblem(lmap, shapes, specs[0], specs[1], pair_points(specs[0], specs[1], lmap), vocab_maps=vocab)
+    pairs = pair_points(specs[0], specs[1], lmap)
+    skip = frozenset() if opts.all_maps else frozenset(pairs) - carried_points(specs[1], lmap, tau_a)
+    return TransferProblem(lmap, shapes, specs[0], specs[1], pairs, vocab_maps=vocab, skip=skip)
 
 
 def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn.Module], data: CalibrationData | None,
@@ -300,7 +323,7 @@ def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn
             raise ValueError(f"method {m.name!r} fits maps on gradients and needs a loss(model, batch) (and labels or "
                              "another training signal); activation_only runs forward passes only")
         assert problem.pairs is not None and problem.target_spec is not None
-        reqs = {tp: m.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
+        reqs = {tp: m.requirements(problem.target_spec.points[tp]) for tp in problem.pairs if tp not in problem.skip}
         return collect_map_statistics(problem, reqs, models[0], models[1], data, loss, opts,
                                       second=m.needs_second_moments)
     if loss is None:
@@ -309,23 +332,57 @@ def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn
     return grads, grads.n_batches
 
 
-def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
-                 batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
-                 options: TransferOptions | None = None, source_batches: Iterable | None = None,
-                 target_batches: Iterable | None = None) -> TransferResult:
-    """Like :func:`transfer`, but takes one :class:`~ftlab.transfer.options.TransferOptions` and a method
-    (a registered name or a configured :class:`~ftlab.transfer.methods.Method`, e.g.
-    ``get_method("bico", center=True)``), and returns a :class:`TransferResult` with per-layer
-    diagnostics and the full run record.
+@dataclass(frozen=True)
+class Fitting:
+    """A transfer fitted but not yet carried out (:func:`fit_maps`): the method and options, the problem, the
+    depth map, the fitted transfer, ``tau_A`` (heads that the transfer refits zeroed), the number of calibration
+    batches, ``timings`` (``calibration_s``, ``fit_s``), the new heads and the notes of the automatic options.
+    ``data``/``kept``: the calibration batches and the target batches kept for the statistics repair (None
+    unless asked for); ``target``: the target base the statistics were taken on (a copy when it was also the
+    source); ``t0``: when the fit started (``time.perf_counter``)."""
 
-    Steps: check the inputs; ``tau_A``; the depth map (probing the first calibration batch); the
-    transfer problem (specs and point pairs); the method's statistics (for map methods: plan, stream,
-    resolve; for methods reading both bases, the two base models); ``method.prepare`` (the solves) gives a fitted
-    transfer; its ``apply`` gives ``tau_B``. Every method goes through these steps: what it reads is what it declares
-    (:attr:`~ftlab.transfer.methods.Method.calibration`), never something the caller prepares for it by its name.
-    ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
-    residuals are reported (more memory and time).
-    """
+    method: Method
+    options: TransferOptions
+    problem: TransferProblem
+    layer_map: LayerMap
+    fitted: FittedTransfer
+    tau_a: TaskVector
+    n_batches: int
+    timings: dict
+    heads: NewHeads | None
+    notes: tuple[str, ...]
+    data: CalibrationData | None
+    kept: list | None
+    target: nn.Module
+    t0: float
+
+    @property
+    def record(self) -> dict:
+        """The run record of the options: ``{"transfer": ..., "method": ...}``."""
+        return {"transfer": self.options.record(), "method": _method_record(self.method)}
+
+    def source_norms(self) -> dict:
+        """``total``: ``||tau_A||``; ``zeroed``: the norm of the part of it that B's zeroed parameters would receive."""
+        out = {"total": self.tau_a.norm()}
+        if self.problem.target_spec is not None:
+            out["zeroed"] = _zeroed_norm(self.problem.target_spec, self.layer_map, self.tau_a)
+        return out
+
+    def point_norms(self, tau_b: TaskVector | None = None) -> dict:
+        """Per paired target point, the norm of the source delta its maps carry (and of ``tau_b``'s, when given)."""
+        pairs = dict(self.problem.pairs or {})
+        if not pairs:
+            return {}
+        return _point_norms(self.problem.target_spec, self.layer_map, pairs, self.tau_a, tau_b)
+
+
+def fit_maps(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
+             batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
+             options: TransferOptions | None = None, source_batches: Iterable | None = None,
+             target_batches: Iterable | None = None, repair: bool = True) -> Fitting:
+    """The steps of :func:`fit_transfer` up to the method's fit (``prepare``), without carrying ``tau_A`` over: what
+    :func:`ftlab.transfer.diagnose.diagnose` reads. ``repair=False``: the target batches are not kept for the
+    statistics repair (nothing will be written)."""
     t0 = time.perf_counter()
     opts = _check_inputs({"source_base": source_base, "target_base": target_base}, loss, options)
     if target_base is source_base or target_base is source_finetuned:
@@ -338,9 +395,10 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     heads, installs = _new_heads(opts, source_base, target_base, source_finetuned, tau_a, lmap, data)
     if heads is not None:
         tau_a = TaskVector({k: torch.zeros_like(v) if k in installs[0] else v for k, v in tau_a.items()})
-    problem = _problem(m, source_base, target_base, lmap, _without_heads(opts, target_base, heads))
+    problem = _problem(m, source_base, target_base, lmap, _without_heads(opts, target_base, heads), tau_a)
     m.check(tau_a, problem)
-    kept = data.keep_targets() if data is not None and opts.repair != "none" and reads_batches(m) else None
+    keep = repair and data is not None and opts.repair != "none" and reads_batches(m)
+    kept = data.keep_targets() if keep and data is not None else None
     t_cal = time.perf_counter()
     source = source_base if opts.source_stats == "base" else \
         (source_finetuned if isinstance(source_finetuned, nn.Module) else tau_a.apply(source_base))
@@ -351,26 +409,45 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     del stats  # not held here: the method may free each statistic once its solves are done
     t_fit = time.perf_counter()
     fitted = m.prepare(problem, box.pop())
+    timings = {"calibration_s": t_fit - t_cal, "fit_s": time.perf_counter() - t_fit}
+    return Fitting(m, opts, problem, lmap, fitted, tau_a, n_batches, timings, heads, tuple(notes), data, kept,
+                   target_base, t0)
+
+
+def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
+                 batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
+                 options: TransferOptions | None = None, source_batches: Iterable | None = None,
+                 target_batches: Iterable | None = None) -> TransferResult:
+    """Like :func:`transfer`, but takes one :class:`~ftlab.transfer.options.TransferOptions` and a method
+    (a registered name or a configured :class:`~ftlab.transfer.methods.Method`, e.g.
+    ``get_method("bico", center=True)``), and returns a :class:`TransferResult` with per-layer
+    diagnostics and the full run record.
+
+    Steps (:func:`fit_maps`): check the inputs; ``tau_A``; the depth map (probing the first calibration batch); the
+    transfer problem (specs and point pairs; points through which no nonzero block of ``tau_A`` passes are skipped
+    unless ``options.all_maps``); the method's statistics (for map methods: plan, stream,
+    resolve; for methods reading both bases, the two base models); ``method.prepare`` (the solves) gives a fitted
+    transfer; then its ``apply`` gives ``tau_B``. Every method goes through these steps: what it reads is what it declares
+    (:attr:`~ftlab.transfer.methods.Method.calibration`), never something the caller prepares for it by its name.
+    ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
+    residuals are reported (more memory and time).
+    """
+    f = fit_maps(source_base, source_finetuned, target_base, batches, loss, method=method, options=options,
+                 source_batches=source_batches, target_batches=target_batches)
     t_apply = time.perf_counter()
     with stage("transport"):
-        weights = lmap.copy_weights(list(target_entries(target_base)), opts.copies)
-        tau_b = _weighted(fitted.apply(tau_a), weights)
+        weights = f.layer_map.copy_weights(list(target_entries(f.target)), f.options.copies)
+        tau_b = _weighted(f.fitted.apply(f.tau_a), weights)
     t_repair = time.perf_counter()
-    repair = _repair(opts, target_base, data, kept)
-    timings = {"calibration_s": t_fit - t_cal, "fit_s": t_apply - t_fit, "apply_s": t_repair - t_apply,
-               "repair_s": time.perf_counter() - t_repair}
-    pairs = dict(problem.pairs or {})
-    source_norms = {"total": tau_a.norm()}
-    if problem.target_spec is not None:
-        source_norms["zeroed"] = _zeroed_norm(problem.target_spec, lmap, tau_a)
+    repair = _repair(f.options, f.target, f.data, f.kept)
+    timings = {**f.timings, "apply_s": t_repair - t_apply, "repair_s": time.perf_counter() - t_repair}
     return TransferResult(
-        task_vector=tau_b, method=m.name, options={"transfer": opts.record(), "method": _method_record(m)},
-        layer_map=lmap.as_dict(), pairs=pairs, fits=dict(fitted.fits), n_batches=n_batches,
-        time_s=time.perf_counter() - t0, peak_rss_mb=peak_rss_mb(), source_norms=source_norms, timings=timings,
-        point_norms=_point_norms(problem.target_spec, lmap, pairs, tau_a, tau_b) if pairs else {},
-        layer_stages=lmap.describe()["stages"], fitted=fitted,
-        copy_weights={k: w for k, w in weights.items() if w != 1.0}, repair=repair, source_task_vector=tau_a,
-        layer_map_object=lmap, heads=heads, notes=tuple(notes))
+        task_vector=tau_b, method=f.method.name, options=f.record, layer_map=f.layer_map.as_dict(),
+        pairs=dict(f.problem.pairs or {}), fits=dict(f.fitted.fits), n_batches=f.n_batches,
+        time_s=time.perf_counter() - f.t0, peak_rss_mb=peak_rss_mb(), source_norms=f.source_norms(), timings=timings,
+        point_norms=f.point_norms(tau_b), layer_stages=f.layer_map.describe()["stages"], fitted=f.fitted,
+        copy_weights={k: w for k, w in weights.items() if w != 1.0}, repair=repair, source_task_vector=f.tau_a,
+        layer_map_object=f.layer_map, heads=f.heads, notes=f.notes, skipped=f.problem.skip)
 
 
 def _new_heads(opts: TransferOptions, source: nn.Module, target: nn.Module, source_finetuned: SourceFinetuned,

@@ -262,8 +262,12 @@ class _Pass:
 
 
 def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: Iterable, loss: Callable | None,
-           options: TransferOptions) -> Streamed:
+           options: TransferOptions, quiet: tuple[Iterable[Point], Iterable[Point]] = ((), ())) -> Streamed:
     """Run both models over ``data`` (pairs ``(batch_A, batch_B)``) and accumulate the planned statistics.
+
+    ``quiet``: points of the source and the target that are not collected but whose modules compute as if they
+    were captured (:func:`ftlab.core.hooks.capture`), so that the statistics equal those of a pass that collects
+    them too (a skipped ``nn.MultiheadAttention`` still runs the decomposed forward).
 
     With ``options.loss_reduction="mean"`` the gradient rows of a batch of ``b`` samples are multiplied
     by ``b``: a mean loss scales each sample's gradient by ``1/b``, which would otherwise let a short
@@ -275,11 +279,13 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
     points_a = {r.sp: r.pa for r in plan.requests}
     points_b = {r.tp: r.pb for r in plan.requests}
     hooks_a, hooks_b = _module_names(source, points_a.values()), _module_names(target, points_b.values())
+    quiet_a, quiet_b = _module_names(source, quiet[0])[0], _module_names(target, quiet[1])[0]
     total = data.total if isinstance(data, CalibrationData) else None
     train, grad = options.train_mode, plan.backward
     n = 0
     with calibration_mode(source, train=train, grad=grad), calibration_mode(target, train=train, grad=grad), \
-            capture(source, hooks_a[0], params=hooks_a[1]) as ca, capture(target, hooks_b[0], params=hooks_b[1]) as cb:
+            capture(source, hooks_a[0], params=hooks_a[1], quiet=quiet_a) as ca, \
+            capture(target, hooks_b[0], params=hooks_b[1], quiet=quiet_b) as cb:
         state = _Pass(plan, ca, cb, options)
         for k, (ba, bb) in enumerate(progress(data, desc="calibration", total=total)):
             _run(source, ca, ba, loss, "source", k, backward=grad, input_grads=plan.input_grads)
@@ -334,16 +340,19 @@ def collect_map_statistics(problem: TransferProblem, requirements: Mapping[str, 
     """plan -> stream -> resolve for the point pairs of ``problem``; ``(statistics, number of batches)``.
 
     ``requirements[target point]``: what to collect on each side (a method's
-    :meth:`~ftlab.transfer.methods.Method.requirements`); ``second``: also second moments (on anyway
-    with ``options.diagnostics``).
+    :meth:`~ftlab.transfer.methods.Method.requirements`); pairs without requirements (the points a fit skips:
+    :attr:`~ftlab.transfer.problem.TransferProblem.skip`) are neither hooked nor accumulated. ``second``: also
+    second moments (on anyway with ``options.diagnostics``).
     """
     if problem.pairs is None or problem.source_spec is None or problem.target_spec is None:
         raise RuntimeError("collect_map_statistics needs a problem with transport specs and point pairs")
     pts_a, pts_b = problem.source_spec.points, problem.target_spec.points
-    affine = {} if options.train_mode else affine_maps(source, target, problem.pairs, pts_a, pts_b)
-    plan = plan_calibration(problem.pairs, pts_a, pts_b, requirements, affine=affine,
-                            second=second or options.diagnostics)
-    streamed = stream(plan, source, target, data, loss, options)
+    pairs = {tp: sp for tp, sp in problem.pairs.items() if tp in requirements}
+    affine = {} if options.train_mode else affine_maps(source, target, pairs, pts_a, pts_b)
+    plan = plan_calibration(pairs, pts_a, pts_b, requirements, affine=affine, second=second or options.diagnostics)
+    skipped = {tp: sp for tp, sp in problem.pairs.items() if tp not in pairs}
+    quiet = ([pts_a[sp] for sp in skipped.values()], [pts_b[tp] for tp in skipped])
+    streamed = stream(plan, source, target, data, loss, options, quiet)
     return resolve(plan, streamed, affine), streamed.n_batches
 
 

@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from torch import nn
 
-from ftlab.transfer.api import fit_transfer
+from ftlab.transfer.api import fit_maps, layer_records
 from ftlab.transfer.methods import Method
 from ftlab.transfer.options import TransferOptions
 
@@ -78,7 +79,8 @@ class Diagnosis:
 
     ``layers``: one dict per target layer (keys ``target``, ``source``, ``tau_share``, ``in_cka``,
     ``out_cka``, ``in_similarity``, ``out_similarity``, ``in_rank``, ``in_dims``, ``out_rank``,
-    ``out_dims``, ``in_statistic``, ``out_statistic``, ``carry``, ``carry_cka``); ``estimate`` and
+    ``out_dims``, ``in_statistic``, ``out_statistic``, ``carry``, ``carry_cka``, ``skipped``: no nonzero block of
+    the task vector passes through the layer, so its maps were not fitted); ``estimate`` and
     ``estimate_cka`` (see the module docstring); ``zeroed_share``: the share of the task vector (as
     seen by B) in zeroed parameters.
     """
@@ -127,27 +129,42 @@ def diagnose(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
 
     Arguments as :func:`~ftlab.transfer.fit_transfer` (the method must fit Procrustes maps; BiCo by
     default). ``estimate`` needs only the fit's own statistics (the Procrustes similarity is read off
-    the cross-covariance's singular values and the rows' squared norms), so with ``cka=False`` this is
-    one calibration pass at the transfer's own cost and ``estimate_cka`` and the CKA columns are nan;
-    ``cka=True`` adds second moments (``diagnostics=True``), about twice the statistics of a plain
-    transfer. See the module docstring for the estimator.
+    the cross-covariance's singular values and the rows' squared norms): this runs the transfer's
+    calibration pass and solves (:func:`~ftlab.transfer.api.fit_maps`) but neither carries ``tau_A`` over nor
+    repairs norm statistics, so it costs at most what the transfer costs; the result equals
+    :func:`diagnosis_from_result` of that transfer. Layers through which no nonzero block of ``tau_A`` passes
+    are skipped as in the transfer (``skipped`` True, nan alignment, share 0; ``options.all_maps`` fits them).
+    With ``cka=False`` ``estimate_cka`` and the CKA columns are nan; ``cka=True`` adds second moments
+    (``diagnostics=True``), about twice the statistics of a plain transfer. See the module docstring for the
+    estimator.
     """
     opts = options if options is not None else TransferOptions()
     if cka:
         opts = dataclasses.replace(opts, diagnostics=True)
-    res = fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=method, options=opts,
-                       source_batches=source_batches, target_batches=target_batches)
-    return diagnosis_from_result(res)
+    f = fit_maps(source_base, source_finetuned, target_base, batches, loss, method=method, options=opts,
+                 source_batches=source_batches, target_batches=target_batches, repair=False)
+    pairs = dict(f.problem.pairs or {})
+    records = layer_records(pairs, f.fitted.fits, f.point_norms(), f.problem.skip)
+    return _diagnosis(records, f.source_norms().get("zeroed", 0.0), method=f.method.name, n_batches=f.n_batches,
+                      options=f.record, time_s=time.perf_counter() - f.t0)
 
 
 def diagnosis_from_result(res) -> Diagnosis:
     """The estimator of :func:`diagnose` applied to a finished fit (a :class:`~ftlab.transfer.TransferResult`
     fitted with ``diagnostics=True``), without a second calibration pass."""
-    if not res.pairs:
-        raise ValueError(f"method {res.method!r} fits no maps: diagnose needs a Procrustes method such as bico")
-    zeroed = res.source_norms.get("zeroed", 0.0) ** 2  # the part of tau_A B's zeroed parameters would receive
+    return _diagnosis(res.layers(), res.source_norms.get("zeroed", 0.0), method=res.method, n_batches=res.n_batches,
+                      options=res.options, time_s=res.time_s)
+
+
+def _diagnosis(records: list[dict], zeroed_norm: float, *, method: str, n_batches: int, options: dict,
+               time_s: float) -> Diagnosis:
+    """The estimator over per-layer records (:func:`~ftlab.transfer.api.layer_records`); ``zeroed_norm``: the norm
+    of the part of ``tau_A`` that B's zeroed parameters would receive."""
+    if not records:
+        raise ValueError(f"method {method!r} fits no maps: diagnose needs a Procrustes method such as bico")
+    zeroed = zeroed_norm ** 2
     rows = []
-    for rec in res.layers():
+    for rec in records:
         w = rec.get("source_norm", 0.0) ** 2
         sims = [_num(rec.get(f"{s}_similarity")) for s in ("in", "out") if f"{s}_map" in rec]
         ckas = [_num(rec.get(f"{s}_cka")) for s in ("in", "out") if f"{s}_map" in rec]
@@ -160,7 +177,8 @@ def diagnosis_from_result(res) -> Diagnosis:
                      "in_similarity": _num(rec.get("in_similarity")), "out_similarity": _num(rec.get("out_similarity")),
                      "in_rank": rec.get("in_rank"), "in_dims": rec.get("in_dims"), "out_rank": rec.get("out_rank"),
                      "out_dims": rec.get("out_dims"), "in_completed": rec.get("in_completed"),
-                     "out_completed": rec.get("out_completed"), "carry": carry, "carry_cka": carry_cka})
+                     "out_completed": rec.get("out_completed"), "carry": carry, "carry_cka": carry_cka,
+                     "skipped": bool(rec.get("skipped", False))})
     total = sum(r["tau_sq"] for r in rows) + zeroed
     for r in rows:
         r["tau_share"] = r["tau_sq"] / total if total > 0 else math.nan
@@ -168,8 +186,7 @@ def diagnosis_from_result(res) -> Diagnosis:
     cka_rows = [r for r in rows if math.isfinite(r["carry_cka"])]
     est_cka = sum(r["tau_share"] * r["carry_cka"] for r in cka_rows) if total > 0 and cka_rows else math.nan
     return Diagnosis(layers=rows, estimate=est, estimate_cka=est_cka, zeroed_share=zeroed / total if total > 0 else math.nan,
-                     method=res.method, n_batches=res.n_batches, options=res.options, time_s=res.time_s)
-
+                     method=method, n_batches=n_batches, options=options, time_s=time_s)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ class TransferOptions:
         "{\"param\", \"kind\", \"point\", \"part\"})", "json")
     target_overrides: Mapping[str, Sequence[Rule]] | None = _opt(None, "hand-written transport rules of the target "
                                                                  "(as source_overrides)", "json")
+    all_maps: bool = _opt(False, "also calibrate and fit the maps of target layers through which no nonzero entry of "
+                          "tau_A is carried (default: skipped, which leaves tau_B unchanged; the fitted transfer then "
+                          "carries only task vectors that are zero there too) [ftlab's]", "flag")
     diagnostics: bool = _opt(False, "also stream A^T A and B^T B for CKA and alignment residuals per layer (more memory "
                              "and time)", "flag")
     batch_dtype: BatchDtype | None = _opt(

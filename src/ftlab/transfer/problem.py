@@ -22,7 +22,9 @@ class TransferProblem:
     every target parameter (and of the floating-point buffers a spec transports, e.g. BatchNorm
     running statistics). ``source_spec``/``target_spec`` are ``None`` for methods that need no
     spec (naive, identity, gradfix). ``vocab_maps[param]``: validated vocabulary index maps of
-    embedding tables (target row -> source row, -1 none).
+    embedding tables (target row -> source row, -1 none). ``skip``: paired target points through
+    which no nonzero block of the source task vector is carried (:func:`~ftlab.transfer.transport.carried_points`);
+    their maps are neither calibrated nor fitted (ftlab's; exact: ``tau_B`` is zero there either way).
     """
 
     layer_map: LayerMap
@@ -31,3 +33,4 @@ class TransferProblem:
     target_spec: TransportSpec | None = None
     pairs: Mapping[str, str] | None = None
     vocab_maps: Mapping[str, torch.Tensor] | None = None
+    skip: frozenset[str] = frozenset()

@@ -19,7 +19,7 @@ from ftlab.transfer.layer_map import LayerMap
 from ftlab.transfer.spec import TransportSpec
 from ftlab.transfer.task_vector import TaskVector
 
-__all__ = ["fused_block", "pad_truncate", "transport"]
+__all__ = ["carried_points", "fused_block", "pad_truncate", "transport"]
 
 
 def pad_truncate(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
@@ -41,6 +41,24 @@ def fused_block(t: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
     return t[i * step:(i + 1) * step]
 
 
+def carried_points(target_spec: TransportSpec, layer_map: LayerMap, tau_a: TaskVector) -> set[str]:
+    """Target points through which a nonzero block of ``tau_a`` is carried (by some rule of some parameter).
+
+    Every transport rule is linear in the block it carries, so a point outside this set receives only zero blocks
+    and its maps do not change ``tau_B``: a fit may skip them (:attr:`~ftlab.transfer.problem.TransferProblem.skip`).
+    """
+    out: set[str] = set()
+    for pname, rules in target_spec.rules.items():
+        src = layer_map.source_name(pname)
+        if src is None or src not in tau_a:
+            continue
+        tau = tau_a[src]
+        for r in rules:
+            if r.carries and r.point is not None and r.point not in out and bool(fused_block(tau, r.part).any()):
+                out.add(r.point)
+    return out
+
+
 def _carried(pname: str, rules, src: str, tau: torch.Tensor, shape: tuple[int, ...], target_spec: TransportSpec,
              maps: Mapping, vocab: torch.Tensor | None) -> torch.Tensor:
     """The target parameter ``pname`` (float64) assembled from the blocks its rules carry."""
@@ -51,10 +69,15 @@ def _carried(pname: str, rules, src: str, tau: torch.Tensor, shape: tuple[int, .
             continue
         if rule.point is None:
             raise RuntimeError(f"rule {rule.kind!r} of {rule.param!r} names no capture point")
+        block = fused_block(tau, rule.part)
+        if not block.any():
+            continue  # every rule is linear in the block: a zero block stays zero (its maps may not be fitted)
+        if rule.point not in maps:
+            raise RuntimeError(f"no fitted maps for point {rule.point!r}, which carries a nonzero block of {src!r}")
         i, n = rule.part
         blk_shape = (shape[0] // n,) + shape[1:]
         kind = target_spec.points[rule.point].layer_kind
-        val = kind.transport(rule, fused_block(tau, rule.part), blk_shape, maps[rule.point], carry).cpu()
+        val = kind.transport(rule, block, blk_shape, maps[rule.point], carry).cpu()
         res[i * blk_shape[0]:(i + 1) * blk_shape[0]] = val
     return res
 
@@ -66,7 +89,9 @@ def transport(tau_a: TaskVector, *, target_spec: TransportSpec, target_shapes: M
 
     Target parameters whose source layer is ``None`` (e.g. ``depth_map="prefix"`` beyond the
     source depth) or whose rules carry nothing (``zero``) get zeros. Every other target parameter needs
-    its source counterpart in ``tau_a`` (``ValueError`` naming it otherwise). ``vocab_maps[param]``: an
+    its source counterpart in ``tau_a`` (``ValueError`` naming it otherwise). A zero block of ``tau_a`` is carried
+    as zeros without reading its maps (every rule is linear), so ``maps`` need only hold the points of
+    :func:`carried_points`. ``vocab_maps[param]``: an
     index map of that embedding table's rows (target row -> source row, -1 none). Result dtype: that of
     ``tau_a`` (computations in float64).
     """

@@ -206,7 +206,8 @@ def _fit(v: Variant, options: dict, m: PairModels, batches, loss):
     own = {f.name for f in dataclasses.fields(method_info(v.method).options_type)}
     general = set(TransferOptions.field_names())
     mine = {k: val for k, val in options.items() if k in general or k in own}
-    mine.update(v.method_options, copies="sum", repair="none")
+    # all_maps: the layer rows record the alignment of every layer, also of those the task vector leaves at zero
+    mine.update(v.method_options, copies="sum", repair="none", all_maps=True)
     try:
         topts, method = split_options(v.method, mine)
         if hasattr(method, "bind"):  # a method that reads both bases' weights (TransFusion)

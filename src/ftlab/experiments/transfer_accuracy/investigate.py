@@ -83,7 +83,8 @@ def _fit_variant(setup: TaskSetup, m: PairModels, d: PairData, name: str):
     n_cal = int(knobs.pop("n_cal", 100))
     x, y = d.cal_pool
     batches = batches_of(x, y, batch_size=setup.cfg.settings.cal_batch_size, n=min(n_cal, n_rows(x)), seed=m.seed)
-    options, method = split_options("bico", {**d.transfer_options, **knobs, "diagnostics": True})
+    options, method = split_options("bico", {**d.transfer_options, **knobs, "diagnostics": True,
+                                             "all_maps": True})  # the alignment of every layer is recorded
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)

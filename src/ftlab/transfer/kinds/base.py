@@ -114,7 +114,9 @@ class Carry:
 @dataclass(frozen=True)
 class RuleKind:
     """A transport rule: ``apply(rule, tau, shape, R_in, R_out, carry)`` gives the target block (float64) from the
-    source block ``tau``; ``carries`` False for the rule that keeps the target's base value."""
+    source block ``tau``; ``carries`` False for the rule that keeps the target's base value. ``apply`` is linear in
+    ``tau``: a zero block is carried as zeros without calling it (and the maps of a point that carries only zero
+    blocks are not fitted: :func:`ftlab.transfer.transport.carried_points`)."""
 
     name: str
     apply: Callable[..., torch.Tensor]

@@ -53,7 +53,7 @@ from ftlab.transfer.methods.registry import Calibration, Requirements, Statistic
 from ftlab.transfer.problem import TransferProblem
 from ftlab.transfer.spec import Point
 from ftlab.transfer.task_vector import TaskVector
-from ftlab.transfer.transport import transport
+from ftlab.transfer.transport import carried_points, transport
 
 __all__ = ["IN_MAPS", "OUT_MAPS", "FittedMaps", "ProcrustesOptions", "ProcrustesTransfer", "completion_chain"]
 
@@ -119,11 +119,14 @@ class FittedMaps:
     """Fitted Procrustes maps per target point; :meth:`apply` carries a source task vector onto the target.
 
     ``fits[target point] = (fit_in, fit_out)`` (:class:`~ftlab.transfer.align.MapFit`, or None where a
-    side is not fitted: the pad/truncate map is used there, or no input map for embeddings).
+    side is not fitted: the pad/truncate map is used there, or no input map for embeddings); the points of
+    ``problem.skip`` have no entry (no nonzero block of the fitted task vector passes through them).
+    ``n_solves``: the Procrustes solves done (solves on the same statistics counted once).
     """
 
     problem: TransferProblem
     fits: Mapping[str, tuple[MapFit | None, MapFit | None]]
+    n_solves: int = 0
 
     def maps(self) -> dict[str, tuple[torch.Tensor | None, torch.Tensor]]:
         """``{target_point: (R_in, R_out)}`` (float64); naive or identity where a side was not fitted."""
@@ -131,6 +134,8 @@ class FittedMaps:
         assert p.pairs is not None and p.target_spec is not None and p.source_spec is not None
         out: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
         for tp, sp in p.pairs.items():
+            if tp in p.skip:
+                continue
             pt_b, pt_a = p.target_spec.points[tp], p.source_spec.points[sp]
             f_in, f_out = self.fits[tp]
             R_in: torch.Tensor | None
@@ -143,9 +148,17 @@ class FittedMaps:
         return out
 
     def apply(self, tau_a: TaskVector) -> TaskVector:
-        """``tau_B = R_out^T tau_A R_in`` for every target parameter (zeros where the spec says so)."""
+        """``tau_B = R_out^T tau_A R_in`` for every target parameter (zeros where the spec says so).
+
+        ``ValueError`` when ``tau_a`` carries a nonzero block through a point whose maps were skipped."""
         p = self.problem
         assert p.target_spec is not None
+        if p.skip:
+            needs = sorted(carried_points(p.target_spec, p.layer_map, tau_a) & p.skip)
+            if needs:
+                raise ValueError(f"this task vector is nonzero through target layer {needs[0]!r}, whose maps the fit "
+                                 "skipped (the fitted task vector is zero there); fit with all_maps=True to carry "
+                                 "other task vectors with the same maps")
         return transport(tau_a, target_spec=p.target_spec, target_shapes=p.target_shapes, layer_map=p.layer_map,
                          maps=self.maps(), vocab_maps=p.vocab_maps)
 
@@ -230,13 +243,14 @@ class ProcrustesTransfer:
             raise RuntimeError(f"{self.name}: the transfer problem has no paired capture points")
         if not isinstance(stats, Mapping):
             raise TypeError(f"{self.name}: prepare needs the calibration statistics (a mapping), got {type(stats).__name__}")
-        jobs = {tp: self.solves(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs}
+        jobs = {tp: self.solves(tp, problem.target_spec.points[tp], stats) for tp in problem.pairs
+                if tp not in problem.skip}
         del stats  # from here on each statistic is held by its solves only, and freed when they are done
         queue = [(st, chain, label, name) for js in jobs.values() for _, st, chain, label, name in js]
         layout = {tp: [(side, name, st.parts if isinstance(st, SumMoments) else None) for side, st, _, _, name in js]
                   for tp, js in jobs.items()}
         del jobs
-        solved = solve_all(queue, self._fit_kw())
+        solved, n_solves = solve_all(queue, self._fit_kw())
         fits: dict[str, tuple[MapFit | None, MapFit | None]] = {}
         for tp, js in layout.items():
             got = {side: solved[name] for side, name, _ in js}
@@ -247,14 +261,14 @@ class ProcrustesTransfer:
             else:
                 fits[tp] = (got.get("in"), got.get("out"))
         warn_rank([f for pair in fits.values() for f in {id(x): x for x in pair if x is not None}.values()])
-        return FittedMaps(problem, fits)
+        return FittedMaps(problem, fits, n_solves)
 
 
-def solve_all(jobs: list[tuple[Any, tuple, str, str]], kw: dict) -> dict[str, MapFit]:
-    """``{name: fit}`` for ``(statistics, chain, source label, name)`` jobs; jobs on the same statistics and chain
-    share one solve. Solves run in a pool of ``torch.get_num_threads()`` workers, torch single-threaded inside
-    (LAPACK releases the GIL); results do not depend on the number of workers. ``jobs`` is emptied: a statistic
-    held by nothing else is freed once its solve is done."""
+def solve_all(jobs: list[tuple[Any, tuple, str, str]], kw: dict) -> tuple[dict[str, MapFit], int]:
+    """``{name: fit}`` for ``(statistics, chain, source label, name)`` jobs, and the number of solves: jobs on the
+    same statistics and chain share one solve. Solves run in a pool of ``torch.get_num_threads()`` workers, torch
+    single-threaded inside (LAPACK releases the GIL); results do not depend on the number of workers. ``jobs`` is
+    emptied: a statistic held by nothing else is freed once its solve is done."""
     import concurrent.futures as cf
 
     from ftlab.core.progress import progress
@@ -282,7 +296,7 @@ def solve_all(jobs: list[tuple[Any, tuple, str, str]], kw: dict) -> dict[str, Ma
                     out[name] = fit if name == fit.name else dataclasses.replace(fit, name=name)
     finally:
         torch.set_num_threads(threads)
-    return out
+    return out, len(unique)
 
 
 def warn_rank(fits: list[MapFit], top: int = 3) -> None:
