@@ -189,15 +189,18 @@ def probe_accuracy(folder: Path, data: dict, seed: int) -> float:
     model = load_task_model(folder, len(data["classes"]), seed).eval()
     tok = tokenizer(folder)
     feats: list = []
-    hook = model.classifier.register_forward_pre_hook(lambda m, args: feats.append(args[0].detach()))
+    def keep(module, args) -> None:  # MPNet's head reads token 0 of the sequence, BERT's the pooled row
+        x = args[0].detach()
+        feats.append(x[:, 0] if x.dim() == 3 else x)
+
+    hook = model.classifier.register_forward_pre_hook(keep)
 
     def features(rows):
         feats.clear()
         with torch.no_grad():
             for b in batches(tok, rows, 64, labels=False):
                 model(**b)
-        x = torch.cat(feats).double()
-        return x[:, 0] if x.dim() == 3 else x  # MPNet's head reads token 0 of the sequence
+        return torch.cat(feats).double()
 
     xtr, xte = features(data["train"]), features(data["test"])
     hook.remove()

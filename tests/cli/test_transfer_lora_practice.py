@@ -208,3 +208,21 @@ def test_the_heal_refuses_an_adapter_folder_holding_only_a_pickle(folders):
         heal_adapter(model, pickled, [{"input_ids": torch.zeros(1, 3, dtype=torch.long)}], lambda m, b: 0.0,
                      HealRecipe(steps=1))
     assert "\n" not in str(exc.value) and sorted(p.name for p in pickled.iterdir()) == before
+
+
+def test_the_naive_baseline_carries_a_bert_adapter_to_mpnet_with_the_relative_bias_left_alone(folders, capsys):
+    """The --help example with --method naive: MPNet's relative attention bias has no counterpart in a BERT source;
+    ftlab's automatic zero_params give it a zero delta in every method (the copy methods raised before), and the
+    modules the source adapter touches get the source's delta padded into their leading block."""
+    _mpnet_base(folders / "mpnet", 12, 2, 3)
+    _, stdout, _ = _cli(capsys, "transfer", "--help")
+    text = re.sub(r"\\\s*\n\s*", " ", stdout)
+    argv = next(ln for ln in text.splitlines() if "--target-base mpnet" in ln).split("ftlab transfer", 1)[1].split()
+    code, _, err = _cli(capsys, "transfer", *argv[:-1], "naive", "--method", "naive")
+    assert code == 0, err
+    deltas = _module_deltas(_factors("naive"))
+    assert not any("relative_attention_bias" in k for k in _factors("naive"))
+    src = _module_deltas(_factors(str(folders / "minilm-lora")))
+    q0 = next(k for k in deltas if k.endswith("mpnet.encoder.layer.0.attention.attn.q"))
+    s0 = next(k for k in src if k.endswith("bert.encoder.layer.0.attention.self.query"))
+    torch.testing.assert_close(deltas[q0][: src[s0].shape[0], : src[s0].shape[1]], src[s0] * 2, atol=1e-5, rtol=1e-4)

@@ -300,12 +300,13 @@ def _problem(m: Method, source: nn.Module, target: nn.Module, lmap: LayerMap, op
     shapes = target_entries(target)
     vocab = vocab_maps(opts.vocab_map, source, target, lmap.source_name)
     if m.calibration != "maps":
-        return TransferProblem(lmap, shapes, vocab_maps=vocab)
+        return TransferProblem(lmap, shapes, vocab_maps=vocab, zero_params=tuple(opts.zero_params))
     specs = [infer_spec(mod, zero_params=opts.zero_params, overrides=ov, norm_gain=opts.norm_gain)
              for mod, ov in ((source, opts.source_overrides), (target, opts.target_overrides))]
     pairs = pair_points(specs[0], specs[1], lmap)
     skip = frozenset() if opts.all_maps else frozenset(pairs) - carried_points(specs[1], lmap, tau_a)
-    return TransferProblem(lmap, shapes, specs[0], specs[1], pairs, vocab_maps=vocab, skip=skip)
+    return TransferProblem(lmap, shapes, specs[0], specs[1], pairs, vocab_maps=vocab, skip=skip,
+                           zero_params=tuple(opts.zero_params))
 
 
 def _statistics(m: Method, problem: TransferProblem, models: tuple[nn.Module, nn.Module], data: CalibrationData | None,

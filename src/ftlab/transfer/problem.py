@@ -25,6 +25,8 @@ class TransferProblem:
     embedding tables (target row -> source row, -1 none). ``skip``: paired target points through
     which no nonzero block of the source task vector is carried (:func:`~ftlab.transfer.transport.carried_points`);
     their maps are neither calibrated nor fitted (ftlab's; exact: ``tau_B`` is zero there either way).
+    ``zero_params``: the option's globs; a target parameter they name whose source counterpart is absent gets a
+    zero delta from the copy methods (MPNet's relative attention bias against a BERT source).
     """
 
     layer_map: LayerMap
@@ -34,3 +36,4 @@ class TransferProblem:
     pairs: Mapping[str, str] | None = None
     vocab_maps: Mapping[str, torch.Tensor] | None = None
     skip: frozenset[str] = frozenset()
+    zero_params: tuple[str, ...] = ()

@@ -15,6 +15,8 @@ All of them follow the depth map (a target layer without a source layer gets zer
 
 from __future__ import annotations
 
+import fnmatch
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -73,6 +75,8 @@ class FittedCopy:
         if src is None:
             return None
         if src not in tau_a:
+            if any(fnmatch.fnmatchcase(pname, g) for g in self.problem.zero_params):
+                return None  # named by zero_params and absent from the source: the target keeps its base value
             raise ValueError(f"target parameter {pname!r} needs source parameter {src!r}, "
                              "which the source task vector lacks")
         return tau_a[src]
