@@ -16,7 +16,6 @@ All of them follow the depth map (a target layer without a source layer gets zer
 from __future__ import annotations
 
 import fnmatch
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
