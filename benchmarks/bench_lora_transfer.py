@@ -380,6 +380,33 @@ def word(lo: float, hi: float) -> str:
     return "met" if lo > 0 else "missed" if hi < 0 else "undecided"
 
 
+def summary(t) -> str:
+    """The short table of docs/transfer.md: per pair, each row's mean and its paired difference to B's probe."""
+    from ftlab.experiments.verdicts import t_interval
+
+    rows = ["A+LoRA", "B probe", "B+LoRA", "ftlab", "ftlab, head only", "naive", "copy", "heal ftlab@50",
+            "heal fresh@50"]
+    pairs = list(t.index.unique("pair"))
+    head = "| | " + " | ".join(f"{p} ({len(t.loc[p])} seeds)" for p in pairs) + " |"
+    lines = [head, "|---|" + "---|" * len(pairs)]
+    for row in rows:
+        cells = []
+        for p in pairs:
+            tp = t.loc[p]
+            if row not in tp or tp[row].isna().all():
+                cells.append("n/a")
+                continue
+            m = tp[row].mean()
+            if row == "B probe":
+                cells.append(f"{m:.3f}")
+                continue
+            d, lo, hi = t_interval((tp[row] - tp["B probe"]).to_numpy())
+            cells.append(f"{m:.3f} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}])")
+        label = {"heal ftlab@50": "ftlab + 50 heal steps", "heal fresh@50": "fresh LoRA, 50 steps"}.get(row, row)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_report(store: Path) -> None:
     """docs/lora-transfer.csv (per seed), the generated block of docs/lora-transfer.md, docs/figures/lora-heal.png."""
     from _common import replace_block
@@ -439,6 +466,7 @@ def write_report(store: Path) -> None:
         ax.legend(fontsize=7)
         lines.append("")
     save_figure(fig, DOCS / "figures" / "lora-heal.png")
+    replace_block(DOCS / "transfer.md", "<!-- BEGIN lora-summary -->", "<!-- END lora-summary -->", summary(t))
     body = "\n".join(lines) + f"\n\n*From {store.name}: {len(records)} records.*"
     replace_block(DOCS / "lora-transfer.md", "<!-- BEGIN generated -->", "<!-- END generated -->", body)
     print(body)
