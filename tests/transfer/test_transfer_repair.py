@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+import ftlab.transfer.repair as repair_mod
 from ftlab.transfer import TaskVector, TransferOptions, fit_transfer
 from ftlab.transfer.layer_map import LayerMap
 from ftlab.transfer.repair import concat_batches, fit_repair, running_norms
@@ -97,6 +98,19 @@ def test_the_repaired_output_mean_of_every_layer_equals_the_base_on_the_calibrat
     for k in base:
         torch.testing.assert_close(fixed[k], base[k], rtol=1e-6, atol=1e-6)
     assert any((raw[k] - base[k]).abs().max() > 1e-2 for k in base)
+
+
+@pytest.mark.parametrize("shape", [(37, 5, 3, 4), (11, 6), (1, 3, 2)])
+def test_channel_moments_in_float64_slices_agree_with_the_one_shot_float64_moments(monkeypatch, shape):
+    g = torch.Generator().manual_seed(3)
+    x = (3.0 + 2.0 * torch.randn(shape, generator=g)).float()
+    monkeypatch.setattr(repair_mod, "_CHUNK", 7)  # several slices of the first axis (one sample each, or fewer)
+    mean, std = repair_mod._channel_moments(x)
+    dims = [0, *range(2, x.ndim)]
+    ref_mean = x.double().mean(dim=dims)
+    ref_std = x.double().var(dim=dims, unbiased=False).sqrt()
+    assert torch.allclose(mean, ref_mean, rtol=1e-12, atol=0)
+    assert torch.allclose(std, ref_std, rtol=1e-12, atol=0)
 
 
 def test_a_model_without_running_statistics_has_nothing_to_repair_and_none_is_off():

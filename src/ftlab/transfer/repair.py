@@ -88,13 +88,36 @@ def concat_batches(batches: Iterable[Any]) -> Any:
     return join(items, "")
 
 
+#: Elements of ``x`` converted to float64 at a time by :func:`_channel_moments` (16 MB).
+_CHUNK = 2 ** 21
+
+
 def _channel_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and standard deviation of ``(N, C, ...)`` or ``(N, C)`` in float64."""
-    x = x.detach().double()
+    """Per-channel mean and standard deviation (``1/N`` variance) of ``(N, C, ...)`` or ``(N, C)`` in float64.
+
+    Two passes (the mean, then the centred squares) over slices of the first axis converted to float64 one at a
+    time (about ``_CHUNK`` elements each), so no float64 copy of a whole activation is made; the result equals the
+    one-shot float64 computation up to summation order."""
+    x = x.detach()
     dims = [0, *range(2, x.ndim)]
-    mean = x.mean(dim=dims)
-    std = x.var(dim=dims, unbiased=False).clamp_min(0).sqrt()
-    return mean, std
+    n = x.numel() // x.shape[1] if x.numel() else 0
+    if n == 0:
+        nan = torch.full((x.shape[1],), float("nan"), dtype=torch.float64, device=x.device)
+        return nan, nan
+    step = max(1, _CHUNK // max(1, x[0].numel()))
+
+    def slices():
+        return (x[i:i + step].double() for i in range(0, x.shape[0], step))
+
+    total = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
+    for c in slices():
+        total += c.sum(dim=dims)
+    mean = total / n
+    centre = mean.view([1, -1] + [1] * (x.ndim - 2))
+    sq = torch.zeros_like(total)
+    for c in slices():
+        sq += (c - centre).square().sum(dim=dims)
+    return mean, (sq / n).clamp_min(0).sqrt()
 
 
 def _affine(mod: Any) -> tuple[torch.Tensor, torch.Tensor]:
