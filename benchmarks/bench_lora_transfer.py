@@ -320,6 +320,7 @@ def main(argv=None) -> None:
     ap.add_argument("--report", action="store_true", help="no training: write the docs from the store")
     ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pair names")
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds to run (first n of SEEDS)")
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
     args = ap.parse_args(argv)
     from ftlab.core.sweep import run_sweep
 
@@ -336,7 +337,7 @@ def main(argv=None) -> None:
     store = out / "lora-transfer.jsonl"
     if not args.report:
         points = [{"pair": pair, "seed": s, "part": part, "out": str(out)}
-                  for pair in pairs for s in SEEDS[:args.seeds] for part in PARTS]
+                  for pair in pairs for s in SEEDS[:args.seeds] for part in PARTS if part in args.parts.split(",")]
         run_sweep(run_point, points, store=store, workers=1, desc="lora transfer")
     write_report(store)
 

@@ -226,3 +226,23 @@ def test_the_naive_baseline_carries_a_bert_adapter_to_mpnet_with_the_relative_bi
     q0 = next(k for k in deltas if k.endswith("mpnet.encoder.layer.0.attention.attn.q"))
     s0 = next(k for k in src if k.endswith("bert.encoder.layer.0.attention.self.query"))
     torch.testing.assert_close(deltas[q0][: src[s0].shape[0], : src[s0].shape[1]], src[s0] * 2, atol=1e-5, rtol=1e-4)
+
+
+def test_alpha_zero_writes_the_new_head_alone_as_an_adapter_peft_loads(folders, capsys):
+    """At --alpha 0 the encoder delta is zero and only the refitted head remains; PEFT loads no adapter without a LoRA
+    module, so ftlab writes one zero LoRA beside the head: the merged encoder is B's own, the head the written one."""
+    _run(capsys, "--alpha", "0", out="zero")
+    cfg = json.loads(Path("zero/adapter_config.json").read_text())
+    assert len(cfg["target_modules"]) == 1 and cfg["modules_to_save"] == ["classifier"]
+    from ftlab.transfer.io import load_model
+
+    B = load_model(None, "wide", hf_class="BertForSequenceClassification", role="target base", num_labels=3)
+    model = peft.PeftModel.from_pretrained(copy.deepcopy(B), "zero").eval()
+    merged = model.merge_and_unload().state_dict()
+    for k, v in B.state_dict().items():
+        if not k.startswith("classifier."):
+            torch.testing.assert_close(merged[k], v, atol=0, rtol=0)
+    saved = _factors("zero")
+    head = {k.rsplit(".", 1)[-1]: v for k, v in saved.items() if "classifier" in k}
+    torch.testing.assert_close(merged["classifier.weight"], head["weight"], atol=0, rtol=0)
+    assert all(float(v.abs().max()) == 0 for k, v in saved.items() if "lora_" in k)

@@ -276,6 +276,24 @@ def _lora_layout(mod: nn.Module | None, deltas: Mapping[str, torch.Tensor]) -> t
     return None if M is None or kind is None else (M, kind)
 
 
+def _placeholder(tau: TaskVector, mods: Mapping[str, nn.Module], saved: tuple[str, ...]):
+    """``(name, matrix, kind)`` of the module to carry a zero LoRA when nothing else does: the first weight of
+    ``tau`` (the target's order) on a linear layer, else on any layer a LoRA can hold, outside ``saved``."""
+    found = []
+    for key, t in tau.items():
+        name, _, attr = key.rpartition(".")
+        if attr != "weight" or name in saved:
+            continue
+        layout = _lora_layout(mods.get(name), {"weight": t})
+        if layout is not None:
+            found.append((layout[1].lora_name != "linear", len(found), name, *layout))
+    if not found:
+        raise ValueError("nothing in the task vector can be written as a PEFT LoRA adapter (no layer a LoRA can hold); "
+                         "use --out-format full")
+    _, _, name, M, kind = min(found)
+    return name, M, kind
+
+
 def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *, max_rank: int | None = None,
                rtol: float | None = None, base_name: str | None = None, saved: tuple[str, ...] = ()) -> dict:
     """Write ``tau`` (keyed by the target's names) into ``folder`` as a PEFT LoRA adapter for ``target``.
@@ -326,6 +344,15 @@ def write_lora(folder: str | os.PathLike, tau: TaskVector, target: nn.Module, *,
         if "bias" in deltas:
             biases[name] = deltas["bias"]
         report["modules"][name] = {"kind": kind.lora_name, "rank": ranks[name], "truncation_error": err}
+    if not ranks:  # PEFT loads no adapter without a LoRA module (e.g. alpha = 0 with a new head): a zero one
+        name, M, kind = _placeholder(tau, mods, saved)
+        mod = mods[name]
+        fan_in.add(kind.fan_in_fan_out)
+        ranks[name], widths[name] = 1, int(M.shape[0])
+        zero_b, zero_a = torch.zeros(M.shape[0], 1), torch.zeros(1, M.shape[1])
+        tensors.update(kind.lora_tensors(f"{_PREFIX}{name}", zero_b, zero_a, mod))
+        report["modules"][name] = {"kind": kind.lora_name, "rank": 0, "truncation_error": 0.0,
+                                   "note": "zero placeholder: PEFT needs one LoRA module; the task vector has none"}
     if len(fan_in) > 1:
         raise ValueError("the target mixes Conv1D (fan-in/fan-out) and other layers; one adapter cannot hold both")
     bias_mode = _bias_tensors(tensors, biases, {n: mods[n] for n in ranks}, widths)
