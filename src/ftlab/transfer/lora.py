@@ -279,7 +279,7 @@ def _lora_layout(mod: nn.Module | None, deltas: Mapping[str, torch.Tensor]) -> t
 def _placeholder(tau: TaskVector, mods: Mapping[str, nn.Module], saved: tuple[str, ...]):
     """``(name, matrix, kind)`` of the module to carry a zero LoRA when nothing else does: the first weight of
     ``tau`` (the target's order) on a linear layer, else on any layer a LoRA can hold, outside ``saved``."""
-    found = []
+    found: list[tuple] = []
     for key, t in tau.items():
         name, _, attr = key.rpartition(".")
         if attr != "weight" or name in saved:
