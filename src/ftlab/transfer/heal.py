@@ -79,6 +79,8 @@ def heal_adapter(target: nn.Module, adapter: str | os.PathLike, batches: Sequenc
     if not (Path(adapter) / "adapter_model.safetensors").is_file():  # peft would unpickle an adapter_model.bin
         raise ValueError(f"heal_adapter: {str(adapter)!r} holds no adapter_model.safetensors (ftlab loads adapter "
                          "weights from safetensors only, never from pickles)")
+    # PEFT reads adapter_config.json as data and, with adapter_model.safetensors present (checked above), no pickle;
+    # it has no trust_remote_code switch because it runs no code from the folder.
     model = peft.PeftModel.from_pretrained(copy.deepcopy(target), str(adapter), is_trainable=True)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
