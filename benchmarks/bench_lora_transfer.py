@@ -3,6 +3,7 @@
     python benchmarks/bench_lora_transfer.py --pilot            # premise pilot: probe vs a LoRA trained on B (seed 100)
     python benchmarks/bench_lora_transfer.py                    # the run: every pair and seed (resumes from its store)
     python benchmarks/bench_lora_transfer.py --report           # tables, verdicts and figure from the store only
+    python benchmarks/bench_lora_transfer.py --task wordnet      # the design task (validation data), its own store
 
 The task, chosen because it was not used to design any of ftlab's defaults: Debian package synopses (the
 ``Description:`` line of apt's bookworm ``main`` index, :func:`ftlab.data.text.load_debian_sections`) labelled by
@@ -20,6 +21,9 @@ Per pair (source base A -> target base B) and seed, the rows are:
   (only where the shapes agree);
 * ``ftlab, head only``: the same command at ``--alpha 0`` (the head ftlab fits on the 100 calibration texts, on
   B's base features, and no encoder delta): what the transported adapter adds over it;
+* ``ftlab + head data`` (and its ``head only`` at alpha 0): the same command with ``--head-data`` naming all 1,200
+  labelled training texts of the seed, on which the new head is refitted (the maps still see only the 100
+  calibration texts);
 * ``heal k``: ftlab's adapter after k steps of LoRA training on the 100 calibration texts (AdamW 1e-3, batch 16,
   ``ftlab.transfer.heal``), against a fresh LoRA on B trained the same k steps on the same texts.
 
@@ -36,6 +40,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +54,8 @@ PILOT_SECTIONS = {
     "six": SECTIONS,
     "easy": ("admin", "games", "graphics", "net", "science", "sound"),
 }
+#: The design task's classes (``--task wordnet``): the six most frequent WordNet verb supersenses.
+DESIGN_CLASSES = ("verb.change", "verb.contact", "verb.communication", "verb.motion", "verb.social", "verb.possession")
 N_TRAIN, N_TEST, N_CALIB = 200, 100, 100  # per section, per section, in all
 SEEDS = (0, 1, 2, 3, 4)
 HEAL_STEPS = (0, 10, 25, 50, 100)
@@ -59,26 +66,40 @@ PAIRS = {
     "MiniLM-L6 -> MPNet": ("minilm-l6", "mpnet", ("query", "value"), ("q", "v"), ("--seq-align", "mean")),
 }
 HF_CLASS = "AutoModelForSequenceClassification"
-PARTS = ("source", "probe", "direct", "transfer", "heal", "head only")
+PARTS = ("source", "probe", "direct", "transfer", "heal", "head only", "head data")
 
 
 # ------------------------------------------------------------------------------------------------ data and models
-def task(seed: int, sections: tuple[str, ...] = SECTIONS) -> dict[str, list]:
-    """Texts and labels of one seed: ``train`` (200 per section, shuffled; its first 100 are ``calib``), ``test``."""
-    from ftlab.data.text import load_debian_sections
+def task(seed: int, sections: tuple[str, ...] = SECTIONS, which: str = "debian") -> dict[str, list]:
+    """Texts and labels of one seed: ``train`` (200 per class, shuffled; its first 100 are ``calib``), ``test``.
 
-    data = load_debian_sections(sections=sections)
+    ``which``: ``debian`` (the held-out task, ``sections`` its classes) or ``wordnet`` (the design task: WordNet verb
+    glosses labelled by their supersense, the ``DESIGN_CLASSES``; its ``test`` split is validation data)."""
+    if which == "wordnet":
+        from ftlab.data.text import load_wordnet_supersenses
+
+        wn = load_wordnet_supersenses(pos="verb")
+        keep = [wn.classes.index(c) for c in DESIGN_CLASSES]
+        labels = np.asarray(wn.labels)
+        texts = [wn.glosses[i] for i in range(len(labels)) if labels[i] in keep]
+        ys = np.array([keep.index(y) for y in labels if y in keep])
+        classes = list(DESIGN_CLASSES)
+    else:
+        from ftlab.data.text import load_debian_sections
+
+        data = load_debian_sections(sections=sections)
+        texts, ys, classes = list(data.synopses), np.asarray(data.labels), list(data.classes)
     rng = np.random.default_rng(seed)
     train, test = [], []
-    for c in range(len(data.classes)):
-        idx = rng.permutation(np.flatnonzero(data.labels == c))
+    for c in range(len(classes)):
+        idx = rng.permutation(np.flatnonzero(ys == c))
         if idx.size < N_TRAIN + N_TEST:
-            raise ValueError(f"section {data.classes[c]!r} has {idx.size} synopses, fewer than {N_TRAIN + N_TEST}")
-        train += [(data.synopses[i], c) for i in idx[:N_TRAIN]]
-        test += [(data.synopses[i], c) for i in idx[N_TRAIN:N_TRAIN + N_TEST]]
+            raise ValueError(f"class {classes[c]!r} has {idx.size} texts, fewer than {N_TRAIN + N_TEST}")
+        train += [(texts[i], c) for i in idx[:N_TRAIN]]
+        test += [(texts[i], c) for i in idx[N_TRAIN:N_TRAIN + N_TEST]]
     order = rng.permutation(len(train))
     train = [train[i] for i in order]
-    return {"train": train, "test": test, "calib": train[:N_CALIB], "classes": list(data.classes)}
+    return {"train": train, "test": test, "calib": train[:N_CALIB], "classes": classes}
 
 
 def base_folder(name: str, work: Path) -> Path:
@@ -241,75 +262,133 @@ def run_transfer(a: Path, adapter: Path, b: Path, calib: Path, out: Path, extra)
 
 
 # ------------------------------------------------------------------------------------------------ one point
-def run_point(pair: str, seed: int, part: str, sections: tuple[str, ...] = SECTIONS, out: str = "") -> list[dict]:
-    """One part of one (pair, seed): records ``{"row", "acc", ...}``."""
+@dataclass
+class Point:
+    """What every part of one (pair, seed) reads: the bases' folders, the task, the work folder and the command."""
+
+    a_name: str
+    b_name: str
+    a: Path
+    b: Path
+    b_mod: tuple
+    extra: tuple
+    data: dict
+    seed: int
+    sdir: Path
+
+    @property
+    def k(self) -> int:
+        return len(self.data["classes"])
+
+    @property
+    def a_lora(self) -> Path:
+        return self.sdir / f"{self.a_name}-lora"
+
+    @property
+    def ftlab_out(self) -> Path:
+        return self.sdir / f"{self.a_name}-to-{self.b_name}"
+
+    def calib(self) -> Path:
+        """The calibration file (the first 100 training texts), written once."""
+        calib = self.sdir / "calib.jsonl"
+        if not calib.is_file():
+            calib.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in self.data["calib"]))
+        return calib
+
+    def on_b(self, adapter: Path) -> float:
+        """Test accuracy of B with ``adapter`` (the head draw another than the adapter's own)."""
+        return test_accuracy(with_adapter(self.b, adapter, self.k, self.seed + 1000), tokenizer(self.b),
+                             self.data["test"])
+
+    def transferred(self, row: str, dest: Path, *more: str) -> dict:
+        """``ftlab transfer`` with the pair's documented arguments and ``more``, scored on B."""
+        info = run_transfer(self.a, self.a_lora, self.b, self.calib(), dest, (*self.extra, *more))
+        return {"row": row, "acc": self.on_b(dest), **info}
+
+
+def _part_transfer(p: Point) -> list[dict]:
+    recs = [p.transferred("ftlab", p.ftlab_out), p.transferred("naive", p.sdir / f"{p.a_name}-to-{p.b_name}-naive",
+                                                               "--method", "naive")]
+    if p.a_name.startswith("minilm") and p.b_name.startswith("minilm"):  # equal widths: A's adapter loads onto B
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            recs.append({"row": "copy", "acc": p.on_b(p.a_lora)})
+    return recs
+
+
+def _part_head_only(p: Point) -> list[dict]:
+    """The ablation: ftlab's refitted head on B's base features, no encoder delta."""
+    return [p.transferred("ftlab, head only", p.sdir / f"{p.a_name}-to-{p.b_name}-alpha0", "--alpha", "0")]
+
+
+def _part_head_data(p: Point) -> list[dict]:
+    """The head refitted on all 1,200 labelled training texts (``--head-data``), at alpha 1 and 0."""
+    train = p.sdir / "train.jsonl"
+    if not train.is_file():
+        train.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in p.data["train"]))
+    base = p.sdir / f"{p.a_name}-to-{p.b_name}-head-data"
+    return [p.transferred("ftlab + head data", base, "--head-data", str(train)),
+            p.transferred("ftlab + head data, head only", base.with_name(base.name + "-alpha0"), "--head-data",
+                          str(train), "--alpha", "0")]
+
+
+def _part_heal(p: Point) -> list[dict]:
+    """ftlab's adapter healed k steps on the calibration texts, against a fresh LoRA on B trained the same."""
+    from ftlab.transfer.heal import HealRecipe, fresh_lora, heal_adapter
+
+    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.ftlab_out, p.extra)
+    fresh = p.sdir / f"{p.b_name}-fresh"
+    if not (fresh / "adapter_model.safetensors").is_file():
+        fresh.mkdir(exist_ok=True)
+        fresh_lora(load_task_model(p.b, p.k, p.seed), fresh, r=RANK, target_modules=p.b_mod,
+                   modules_to_save=["classifier"], lora_alpha=2 * RANK, seed=p.seed)
+    recs: list[dict] = []
+    tok_b = tokenizer(p.b)
+    train = batches(tok_b, p.data["calib"], BATCH)
+    for row, start in (("heal ftlab", p.ftlab_out), ("heal fresh", fresh)):
+        def record(step, model, row=row):
+            if step in HEAL_STEPS:
+                recs.append({"row": row, "steps": step, "acc": test_accuracy(model, tok_b, p.data["test"])})
+
+        heal_adapter(load_task_model(p.b, p.k, p.seed + 1000), start, train, lambda m, bt: m(**bt).loss,
+                     HealRecipe(steps=max(HEAL_STEPS), lr=LR, seed=p.seed), callback=record)
+    return recs
+
+
+TRANSFER_PARTS = {"transfer": _part_transfer, "head only": _part_head_only, "head data": _part_head_data,
+                  "heal": _part_heal}
+
+
+def run_point(pair: str, seed: int, part: str, sections: tuple[str, ...] = SECTIONS, out: str = "",
+              task_name: str = "debian") -> list[dict]:
+    """One part of one (pair, seed) of task ``task_name``: records ``{"row", "acc", ...}``."""
     import torch
 
+    if part not in PARTS:
+        raise ValueError(f"part {part!r} is not one of {PARTS}")
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     work = Path(out) / "lora-work"
     a_name, b_name, a_mod, b_mod, extra = PAIRS[pair]
     a, b = base_folder(a_name, work), base_folder(b_name, work)
-    data = task(seed, tuple(sections))
+    data = task(seed, tuple(sections), task_name)
     k = len(data["classes"])
-    tag = "-".join(sections) if tuple(sections) != SECTIONS else "main"
+    tag = "wordnet" if task_name == "wordnet" else "-".join(sections) if tuple(sections) != SECTIONS else "main"
     sdir = work / tag / f"seed{seed}"
     sdir.mkdir(parents=True, exist_ok=True)
-    a_lora = sdir / f"{a_name}-lora"
+    p = Point(a_name, b_name, a, b, b_mod, extra, data, seed, sdir)
     if part == "source":
-        train_lora(a, a_mod, data["train"], k, seed, a_lora)
-        return [{"row": "A+LoRA", "acc": test_accuracy(with_adapter(a, a_lora, k, seed), tokenizer(a), data["test"])}]
+        train_lora(a, a_mod, data["train"], k, seed, p.a_lora)
+        return [{"row": "A+LoRA", "acc": test_accuracy(with_adapter(a, p.a_lora, k, seed), tokenizer(a), data["test"])}]
     if part == "probe":
         return [{"row": "B probe", "acc": probe_accuracy(b, data, seed)}]
     if part == "direct":
         b_lora = sdir / f"{b_name}-lora"
         train_lora(b, b_mod, data["train"], k, seed, b_lora)
         return [{"row": "B+LoRA", "acc": test_accuracy(with_adapter(b, b_lora, k, seed), tokenizer(b), data["test"])}]
-    train_lora(a, a_mod, data["train"], k, seed, a_lora)
-    calib = sdir / "calib.jsonl"
-    if not calib.is_file():
-        calib.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in data["calib"]))
-    tok_b = tokenizer(b)
-    ftlab_out = sdir / f"{a_name}-to-{b_name}"
-    if part == "transfer":
-        recs = []
-        for row, dest, more in (("ftlab", ftlab_out, ()), ("naive", sdir / f"{a_name}-to-{b_name}-naive",
-                                                             ("--method", "naive"))):
-            info = run_transfer(a, a_lora, b, calib, dest, (*extra, *more))
-            recs.append({"row": row, "acc": test_accuracy(with_adapter(b, dest, k, seed + 1000), tok_b, data["test"]),
-                         **info})
-        if a_name.startswith("minilm") and b_name.startswith("minilm"):  # equal widths: A's adapter loads onto B
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model = with_adapter(b, a_lora, k, seed + 1000)
-            recs.append({"row": "copy", "acc": test_accuracy(model, tok_b, data["test"])})
-        return recs
-    if part == "head only":  # the ablation: ftlab's refitted head on B's base features, no encoder delta
-        dest = sdir / f"{a_name}-to-{b_name}-alpha0"
-        info = run_transfer(a, a_lora, b, calib, dest, (*extra, "--alpha", "0"))
-        return [{"row": "ftlab, head only", "acc": test_accuracy(with_adapter(b, dest, k, seed + 1000), tok_b,
-                                                                data["test"]), **info}]
-    if part == "heal":
-        from ftlab.transfer.heal import HealRecipe, fresh_lora, heal_adapter
-
-        run_transfer(a, a_lora, b, calib, ftlab_out, extra)
-        fresh = sdir / f"{b_name}-fresh"
-        if not (fresh / "adapter_model.safetensors").is_file():
-            fresh.mkdir(exist_ok=True)
-            fresh_lora(load_task_model(b, k, seed), fresh, r=RANK, target_modules=b_mod,
-                       modules_to_save=["classifier"], lora_alpha=2 * RANK, seed=seed)
-        recs = []
-        train = batches(tok_b, data["calib"], BATCH)
-        for row, start in (("heal ftlab", ftlab_out), ("heal fresh", fresh)):
-            def record(step, model, row=row):
-                if step in HEAL_STEPS:
-                    recs.append({"row": row, "steps": step, "acc": test_accuracy(model, tok_b, data["test"])})
-
-            heal_adapter(load_task_model(b, k, seed + 1000), start, train, lambda m, bt: m(**bt).loss,
-                         HealRecipe(steps=max(HEAL_STEPS), lr=LR, seed=seed), callback=record)
-        return recs
-    raise ValueError(f"part {part!r} is not one of {PARTS}")
+    train_lora(a, a_mod, data["train"], k, seed, p.a_lora)
+    return TRANSFER_PARTS[part](p)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -321,6 +400,10 @@ def main(argv=None) -> None:
     ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pair names")
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds to run (first n of SEEDS)")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
+    ap.add_argument("--task", choices=("debian", "wordnet"), default="debian",
+                    help="debian: the held-out task the docs report; wordnet: the design task (its store "
+                         "lora-design.jsonl; --report prints its validation table into docs/lora-transfer.md's design "
+                         "block)")
     args = ap.parse_args(argv)
     from ftlab.core.sweep import run_sweep
 
@@ -334,12 +417,16 @@ def main(argv=None) -> None:
         print(df.pivot_table(index="sections", columns="row", values="acc").round(3).to_string())
         return
     pairs = [p.strip() for p in args.pairs.split(",")]
-    store = out / "lora-transfer.jsonl"
+    store = out / ("lora-design.jsonl" if args.task == "wordnet" else "lora-transfer.jsonl")
     if not args.report:
-        points = [{"pair": pair, "seed": s, "part": part, "out": str(out)}
+        points = [{"pair": pair, "seed": s, "part": part, "out": str(out),
+                   **({"task_name": args.task} if args.task != "debian" else {})}
                   for pair in pairs for s in SEEDS[:args.seeds] for part in PARTS if part in args.parts.split(",")]
-        run_sweep(run_point, points, store=store, workers=1, desc="lora transfer")
-    write_report(store)
+        run_sweep(run_point, points, store=store, workers=1, desc=f"lora transfer ({args.task})")
+    if args.task == "wordnet":
+        write_design(store)
+    else:
+        write_report(store)
 
 
 # The goals, fixed before the run (ftlab's own, not a paper's claims): each is a paired difference per seed whose
@@ -470,6 +557,39 @@ def write_report(store: Path) -> None:
     replace_block(DOCS / "transfer.md", "<!-- BEGIN lora-summary -->", "<!-- END lora-summary -->", summary(t))
     body = "\n".join(lines) + f"\n\n*From {store.name}: {len(records)} records.*"
     replace_block(DOCS / "lora-transfer.md", "<!-- BEGIN generated -->", "<!-- END generated -->", body)
+    print(body)
+
+
+def write_design(store: Path) -> None:
+    """The design task's validation table (``--task wordnet``) into docs/lora-transfer.md's design block."""
+    from _common import replace_block
+    from ftlab.core.sweep import read_store
+    from ftlab.experiments.verdicts import t_interval
+
+    records = [{**e["point"], **r} for e in read_store(store).values() for r in e["records"]]
+    if not records:
+        raise SystemExit(f"{store} holds no finished points: run the design task first")
+    t = seed_table(records)
+    lines = []
+    for pair, tp in t.groupby(level="pair", sort=False):
+        tp = tp.droplevel("pair")
+        lines += [f"{pair}, WordNet verb glosses, {len(tp)} seeds ({', '.join(str(s) for s in tp.index)}); "
+                  "validation accuracy:", "", "| row | mean [95% interval] | paired difference to B probe |",
+                  "|---|---|---|"]
+        for row in ("A+LoRA", "B probe", "B+LoRA", "ftlab", "ftlab, head only", "ftlab + head data",
+                    "ftlab + head data, head only", "naive"):
+            if row not in tp or tp[row].isna().all():
+                continue
+            m, lo, hi = t_interval(tp[row].to_numpy())
+            d = "" if row == "B probe" or "B probe" not in tp else \
+                "{:+.3f} [{:+.3f}, {:+.3f}]".format(*t_interval((tp[row] - tp["B probe"]).to_numpy()))
+            lines.append(f"| {row} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {d} |")
+        if {"ftlab + head data", "ftlab"} <= set(tp):
+            m, lo, hi = t_interval((tp["ftlab + head data"] - tp["ftlab"]).to_numpy())
+            lines.append(f"\nftlab + head data - ftlab: {m:+.3f} [{lo:+.3f}, {hi:+.3f}].")
+        lines.append("")
+    body = "\n".join(lines) + f"\n*From {store.name}: {len(records)} records.*"
+    replace_block(DOCS / "lora-transfer.md", "<!-- BEGIN design -->", "<!-- END design -->", body)
     print(body)
 
 

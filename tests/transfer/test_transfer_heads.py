@@ -181,3 +181,33 @@ def test_a_head_of_two_layers_is_refitted_with_its_first_layer_set_to_the_identi
     torch.testing.assert_close(model.classifier.dense.weight, torch.eye(24))
     assert float(model.classifier.dense.bias.abs().max()) == 0
     assert TaskVector({"w": model.classifier.out_proj.weight - B.classifier.out_proj.weight}).norm() > 0
+
+
+def test_head_batches_refit_the_head_on_their_own_rows(tmp_path):
+    A, B = bert(16, 2, 0), bert(24, 2, 1)
+    seq_cls_adapter(A, tmp_path / "ad")
+    cal, extra = batches(), batches(seed=11, n=6)
+    plain = fit_transfer(A, tmp_path / "ad", B, cal, hf_loss)
+    # the calibration batches given again as head batches: the same transfer, bit for bit
+    same = fit_transfer(A, tmp_path / "ad", B, cal, hf_loss, head_batches=cal)
+    for k, v in plain.task_vector.items():
+        assert torch.equal(v, same.task_vector[k]), k
+    assert torch.equal(plain.model(B).classifier.weight, same.model(B).classifier.weight)
+    # other head batches: the written head is the closed-form fit on B + tau_B's rows of those batches
+    res = fit_transfer(A, tmp_path / "ad", B, cal, hf_loss, head_batches=extra)
+    assert res.heads is not None and res.heads.used == "refit" and res.report()["heads"]["head_data"] is True
+    assert res.report()["heads"]["calibration_head"]["rows"] == 6 * 8
+    for alpha in (0.0, 1.0):
+        model = res.model(B, alpha)
+        ref = res.task_vector.apply(B, alpha)
+        rows: list[torch.Tensor] = []
+        ref.classifier.register_forward_hook(lambda m, inp, out, rows=rows: rows.append(inp[0].detach()))
+        with torch.no_grad():
+            for bt in extra:
+                ref(input_ids=bt["input_ids"])
+        W, b, _ = fit_linear_head(torch.cat(rows), torch.cat([bt["labels"] for bt in extra]), 3)
+        torch.testing.assert_close(model.classifier.weight.double(), W, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.classifier.bias.double(), b, atol=1e-5, rtol=0)
+    assert (res.model(B).classifier.weight - plain.model(B).classifier.weight).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="head_batches is empty"):
+        fit_transfer(A, tmp_path / "ad", B, cal, hf_loss, head_batches=[])

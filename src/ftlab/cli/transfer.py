@@ -15,6 +15,7 @@ from ftlab.cli.transfer_inputs import (
     calibration_data,
     check_input_files,
     default_loss,
+    head_data_batches,
     num_labels_for,
     with_fresh_heads,
     with_tokenizer_vocab_map,
@@ -127,6 +128,9 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
               "equal-length tensors (batched as dicts along dim 0), or a module:function returning batches.")
 @click.option("--target-data", default=None, help="Separate calibration data for B (tensor files and factories: the "
               "same samples with B's preprocessing).")
+@click.option("--head-data", default=None, help="Labelled data (same forms as --data, read for B alone) on which a task "
+              "head new in both bases is refitted instead of the calibration data, e.g. the task's training texts: "
+              "each row costs one forward pass of B and enters no map statistics.")
 @click.option("--text-column", default="text", show_default=True, help="Text tables: the column of texts.")
 @click.option("--text-pair-column", default=None, help="Text tables: a second text column (pairs of texts).")
 @click.option("--label-column", default="label", show_default=True,
@@ -229,12 +233,15 @@ def transfer(**a):
             check_int(name, a[name], 1)
     m = get_method(a["method"], **parse_method_options(a["method_options"]))  # validate before loading any model
     opts = build_options(a, a["options_from"])
+    if a["head_data"] is not None and a["data"] is None:
+        raise ValueError("--head-data refits a new task head beside a calibrated transfer: give --data too")
     if a["diagnose_only"] and m.calibration != "maps":
         raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {a['method']}")
     from ftlab.core.results import check_output_place, output_lock
 
     check_output_place(a["out_dir"], _input_paths(a))  # before any work: inputs are never written over
-    check_input_files([a["source_base"], a["source_finetuned"], a["target_base"]], [a["data"], a["target_data"]])
+    check_input_files([a["source_base"], a["source_finetuned"], a["target_base"]],
+                      [a["data"], a["target_data"], a["head_data"]])
     with output_lock(a["out_dir"]):  # a second run on the same --out is refused, not interleaved
         _run(a, m, opts)
 
@@ -245,7 +252,7 @@ def _input_paths(a: dict) -> dict[str, str]:
 
     out = {}
     for key in ("source_base", "source_finetuned", "target_base", "source_arch", "target_arch", "data", "target_data",
-                "source_tokenizer", "target_tokenizer", "options_from", "loss_ref"):
+                "head_data", "source_tokenizer", "target_tokenizer", "options_from", "loss_ref"):
         ref = a.get(key)
         if not isinstance(ref, str):
             continue
@@ -307,13 +314,17 @@ def _run(a: dict, m, opts) -> None:
         raise ValueError(f"--method {m.name} fits maps on gradients and needs a loss: give --loss (activation_only runs "
                          "forward passes only)")
     kw = cal.kwargs() if cal is not None else {}
+    if a["head_data"] is not None:
+        kw["head_batches"] = head_data_batches(a, source_folder=a["source_arch"] or a["source_base"],
+                                               target_folder=a["target_arch"] or a["target_base"],
+                                               trust_remote_code=trust)
     opts = with_tokenizer_vocab_map(opts, a, A, B, source_folder=a["source_arch"] or a["source_base"],
                                     target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)
     if a["heal_steps"] and (fmt != "lora" or loss is None):
         raise ValueError("--heal-steps trains a LoRA adapter on the labelled calibration data: it needs --out-format "
                          "lora and a loss (labels in --data, or --loss)")
     inputs = {"source_base": a["source_base"], "source_finetuned": a["source_finetuned"], "target_base": a["target_base"],
-              "data": a["data"], "loss": a["loss_ref"]}
+              "data": a["data"], "head_data": a["head_data"], "loss": a["loss_ref"]}
     out = Path(a["out_dir"])
     if a["diagnose_only"]:
         _diagnose_only(A, A_ft, B, loss, m, opts, kw, out, {"ftlab_version": __version__, "inputs": inputs}, t0)
@@ -328,7 +339,8 @@ def _run(a: dict, m, opts) -> None:
     report = {"ftlab_version": __version__, "inputs": inputs, "alpha": a["alpha"], "out_format": fmt, **res.report(),
               "diagnostic": rule.record() if rule else None, "rank_notes": notes,
               "total_time_s": time.perf_counter() - t0}
-    heal_batches = [bb for _, bb in CalibrationData(**kw)] if a["heal_steps"] else []
+    heal_batches = [bb for _, bb in CalibrationData(**{k: v for k, v in kw.items() if k != "head_batches"})] \
+        if a["heal_steps"] else []
     files, extra = _write(a, fmt, res, B, report, (heal_batches, loss))
     click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
                f"{res.source_norms['total']:.4g}, ||tau_B|| = {res.task_vector.norm():.4g}, alpha = {a['alpha']:g}"

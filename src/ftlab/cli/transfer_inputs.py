@@ -130,6 +130,19 @@ def calibration_data(a: dict, *, source_folder: str, target_folder: str, trust_r
     return Calibration(batches=batches)
 
 
+def head_data_batches(a: dict, *, source_folder: str, target_folder: str, trust_remote_code: bool = False
+                      ) -> list:
+    """B's batches of ``--head-data`` (read like ``--data`` with B's tokenizer or preprocessing; every row, no
+    ``--max-samples`` / ``--max-batches`` cap: they limit the calibration pass)."""
+    cal = calibration_data({**a, "data": a["head_data"], "target_data": None, "max_samples": None, "max_batches": None},
+                           source_folder=source_folder, target_folder=target_folder, trust_remote_code=trust_remote_code)
+    assert cal is not None
+    out = cal.target if cal.target is not None else cal.batches
+    if not out:
+        raise ValueError(f"--head-data {a['head_data']!r} holds no rows")
+    return out
+
+
 def default_loss(loss_ref: str | None, model, cal: Calibration | None):
     """The loss of a command line: ``--loss`` when given; for labelled files the model's own (Hugging Face) or the
     cross-entropy of its outputs (plain models); else None."""

@@ -380,10 +380,11 @@ class Fitting:
 def fit_maps(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
              batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
              options: TransferOptions | None = None, source_batches: Iterable | None = None,
-             target_batches: Iterable | None = None, repair: bool = True) -> Fitting:
+             target_batches: Iterable | None = None, repair: bool = True,
+             head_batches: Iterable | None = None) -> Fitting:
     """The steps of :func:`fit_transfer` up to the method's fit (``prepare``), without carrying ``tau_A`` over: what
     :func:`ftlab.transfer.diagnose.diagnose` reads. ``repair=False``: the target batches are not kept for the
-    statistics repair (nothing will be written)."""
+    statistics repair (nothing will be written). ``head_batches``: see :func:`fit_transfer`."""
     t0 = time.perf_counter()
     opts = _check_inputs({"source_base": source_base, "target_base": target_base}, loss, options)
     if target_base is source_base or target_base is source_finetuned:
@@ -393,7 +394,7 @@ def fit_maps(source_base: nn.Module, source_finetuned: SourceFinetuned, target_b
     data = _calibration_data(m, opts, batches, source_batches, target_batches)
     opts, notes = automatic_options(opts, source_base, target_base)  # name map, relative biases the source lacks
     lmap = _layer_map(source_base, target_base, opts, data, loss)
-    heads, installs = _new_heads(opts, source_base, target_base, source_finetuned, tau_a, lmap, data)
+    heads, installs = _new_heads(opts, source_base, target_base, source_finetuned, tau_a, lmap, data, head_batches)
     if heads is not None:
         tau_a = TaskVector({k: torch.zeros_like(v) if k in installs[0] else v for k, v in tau_a.items()})
     problem = _problem(m, source_base, target_base, lmap, _without_heads(opts, target_base, heads), tau_a)
@@ -418,7 +419,7 @@ def fit_maps(source_base: nn.Module, source_finetuned: SourceFinetuned, target_b
 def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
                  batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
                  options: TransferOptions | None = None, source_batches: Iterable | None = None,
-                 target_batches: Iterable | None = None) -> TransferResult:
+                 target_batches: Iterable | None = None, head_batches: Iterable | None = None) -> TransferResult:
     """Like :func:`transfer`, but takes one :class:`~ftlab.transfer.options.TransferOptions` and a method
     (a registered name or a configured :class:`~ftlab.transfer.methods.Method`, e.g.
     ``get_method("bico", center=True)``), and returns a :class:`TransferResult` with per-layer
@@ -432,9 +433,13 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
     (:attr:`~ftlab.transfer.methods.Method.calibration`), never something the caller prepares for it by its name.
     ``options.diagnostics=True`` also streams ``A^T A`` and ``B^T B`` so that CKA and alignment
     residuals are reported (more memory and time).
+
+    ``head_batches``: labelled batches for B alone (its own preprocessing) on which a task head new in both bases
+    is refitted (``options.heads="refit"``, :mod:`ftlab.transfer.heads`) instead of the calibration batches, e.g.
+    the task's training set: each costs one forward pass of B, and none enters the maps' statistics.
     """
     f = fit_maps(source_base, source_finetuned, target_base, batches, loss, method=method, options=options,
-                 source_batches=source_batches, target_batches=target_batches)
+                 source_batches=source_batches, target_batches=target_batches, head_batches=head_batches)
     t_apply = time.perf_counter()
     with stage("transport"):
         weights = f.layer_map.copy_weights(list(target_entries(f.target)), f.options.copies)
@@ -452,7 +457,7 @@ def fit_transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, targ
 
 
 def _new_heads(opts: TransferOptions, source: nn.Module, target: nn.Module, source_finetuned: SourceFinetuned,
-               tau_a: TaskVector, lmap: LayerMap, data: CalibrationData | None
+               tau_a: TaskVector, lmap: LayerMap, data: CalibrationData | None, head_batches: Iterable | None = None
                ) -> tuple[NewHeads | None, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
     """Heads new in both bases (:mod:`ftlab.transfer.heads`), and the values installed while calibrating:
     A's trained head, B's head fitted on base B's rows. None (and nothing installed) with ``heads="delta"``, no
@@ -468,7 +473,8 @@ def _new_heads(opts: TransferOptions, source: nn.Module, target: nn.Module, sour
                     layers[0])
         return None, none
     with stage("new heads"):
-        heads, src_vals, tgt_vals = prepare_heads(opts.heads, source, target, tau_a, layers, data.head(2 ** 62))
+        heads, src_vals, tgt_vals = prepare_heads(opts.heads, source, target, tau_a, layers, data.head(2 ** 62),
+                                                  list(head_batches) if head_batches is not None else None)
     return heads, (src_vals, tgt_vals)
 
 
@@ -530,7 +536,8 @@ def split_options(method: str, options: Mapping) -> tuple[TransferOptions, Metho
 
 def transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_base: nn.Module,
              batches: Iterable | None = None, loss: Callable | None = None, *, method: str = "bico",
-             source_batches: Iterable | None = None, target_batches: Iterable | None = None, **options) -> TaskVector:
+             source_batches: Iterable | None = None, target_batches: Iterable | None = None,
+             head_batches: Iterable | None = None, **options) -> TaskVector:
     """The target's task vector ``tau_B``, transported from ``tau_A = source_finetuned - source_base``.
 
     Parameters
@@ -544,6 +551,9 @@ def transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_b
         Iterable of calibration batches, each fed to both base models (``loss(model, batch)``).
         Give ``source_batches``/``target_batches`` instead when A and B need different
         preprocessing (zipped pairwise; the same samples, in the same order).
+    head_batches:
+        Labelled batches for B alone on which a task head new in both bases is refitted (default: the
+        calibration batches); see :func:`fit_transfer`.
     loss:
         ``loss(model, batch) -> scalar tensor``; gradients are taken at the *base* models.
     method:
@@ -569,4 +579,5 @@ def transfer(source_base: nn.Module, source_finetuned: SourceFinetuned, target_b
     """
     opts, m = split_options(method, options)
     return fit_transfer(source_base, source_finetuned, target_base, batches, loss, method=m, options=opts,
-                        source_batches=source_batches, target_batches=target_batches).task_vector
+                        source_batches=source_batches, target_batches=target_batches,
+                        head_batches=head_batches).task_vector

@@ -124,7 +124,8 @@ class Diagnosis:
 def diagnose(source_base: nn.Module, source_finetuned: nn.Module, target_base: nn.Module,
              batches: Iterable | None = None, loss: Callable | None = None, *, method: str | Method = "bico",
              options: TransferOptions | None = None, source_batches: Iterable | None = None,
-             target_batches: Iterable | None = None, cka: bool = True) -> Diagnosis:
+             target_batches: Iterable | None = None, cka: bool = True, head_batches: Iterable | None = None
+             ) -> Diagnosis:
     """Layer-by-layer alignment of A and B on the calibration data and the estimated carried share of ``tau_A``.
 
     Arguments as :func:`~ftlab.transfer.fit_transfer` (the method must fit Procrustes maps; BiCo by
@@ -135,14 +136,15 @@ def diagnose(source_base: nn.Module, source_finetuned: nn.Module, target_base: n
     :func:`diagnosis_from_result` of that transfer. Layers through which no nonzero block of ``tau_A`` passes
     are skipped as in the transfer (``skipped`` True, nan alignment, share 0; ``options.all_maps`` fits them).
     With ``cka=False`` ``estimate_cka`` and the CKA columns are nan; ``cka=True`` adds second moments
-    (``diagnostics=True``), about twice the statistics of a plain transfer. See the module docstring for the
+    (``diagnostics=True``), about twice the statistics of a plain transfer. ``head_batches``: B's labelled head
+    batches, as in the transfer (the calibration head shapes the gradients). See the module docstring for the
     estimator.
     """
     opts = options if options is not None else TransferOptions()
     if cka:
         opts = dataclasses.replace(opts, diagnostics=True)
     f = fit_maps(source_base, source_finetuned, target_base, batches, loss, method=method, options=opts,
-                 source_batches=source_batches, target_batches=target_batches, repair=False)
+                 source_batches=source_batches, target_batches=target_batches, repair=False, head_batches=head_batches)
     pairs = dict(f.problem.pairs or {})
     records = layer_records(pairs, f.fitted.fits, f.point_norms(), f.problem.skip)
     return _diagnosis(records, f.source_norms().get("zeroed", 0.0), method=f.method.name, n_batches=f.n_batches,

@@ -25,8 +25,10 @@ head, and a random head sends gradients in random directions. So ftlab treats su
    (tested: two random heads in B's folder give the same adapter).
 3. **The head written for B** (``TransferOptions.heads``):
 
-   * ``refit`` (default): B's head is fitted in closed form on the labelled calibration rows, on the
-     features of ``B + alpha tau_B`` (so it depends on alpha, like the statistics repair, and is installed
+   * ``refit`` (default): B's head is fitted in closed form on the labelled calibration rows (or on the
+     labelled *head batches* a user gives for B alone, ``head_batches`` / ``--head-data``: the task's training
+     texts, say, which cost one forward pass of B each and no map statistics), on the features of
+     ``B + alpha tau_B`` (so it depends on alpha, like the statistics repair, and is installed
      by :meth:`~ftlab.transfer.api.TransferResult.model`): an L2-regularised multinomial logistic regression
      (integer labels) or ridge regression (float labels) of the head's last linear layer on its input rows,
      the penalty chosen by 5-fold cross-validation of the held-out loss over a grid (ftlab's choice).
@@ -403,12 +405,16 @@ def installed(model: nn.Module, values: Mapping[str, torch.Tensor]) -> Iterator[
 
 
 def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVector, layers: tuple[list[str], list[str]],
-                  pairs: list[tuple[Any, Any]]) -> tuple[NewHeads, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+                  pairs: list[tuple[Any, Any]], head_batches: Sequence[Any] | None = None
+                  ) -> tuple[NewHeads, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The heads of a transfer, before its calibration pass.
 
     Returns ``(heads, source_values, target_values)``: the source head's trained parameters (A's base plus
     ``tau_A`` on the head) and B's calibration head (fitted by the rule on base B's rows), to be installed while
     both models are calibrated (:func:`installed`). ``pairs``: the calibration batch pairs (all of them).
+    ``head_batches``: labelled batches for B alone that rule ``refit`` fits on instead of the target's
+    calibration batches (both the calibration head and the head written for ``B + alpha tau_B``); None: the
+    calibration batches.
     """
     t_layers, s_layers = layers
     heads = NewHeads(tuple(t_layers), tuple(s_layers), rule)
@@ -417,7 +423,9 @@ def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVe
     # calibration does not depend on the random head the source's loader drew
     src_vals = {k: (s_params[k].detach().double() + tau_a[k].to(s_params[k].device).double()).to(s_params[k].dtype)
                 for k in head_params(source, s_layers) if k in tau_a}
-    tgt_batches = [bb for _, bb in pairs]
+    tgt_batches = list(head_batches) if head_batches is not None else [bb for _, bb in pairs]
+    if head_batches is not None and not tgt_batches:
+        raise ValueError("head_batches is empty: give labelled batches for the target's head, or None")
     labels = [batch_labels(b) for b in tgt_batches]
     heads.batches = tgt_batches
     t_mods = dict(target.named_modules())
@@ -429,10 +437,13 @@ def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVe
         heads.used = rule
         if rule == "refit" and labelled is None:
             heads.used = "carry"
-            why = "the calibration batches hold no labels" if any(y is None for y in labels) else \
+            which = "head batches" if head_batches is not None else "calibration batches"
+            why = f"the {which} hold no labels" if any(y is None for y in labels) else \
                 f"its input has no row per labelled example (shape {tuple(rows_b[0].shape)})"
             heads.record["note"] = f"head {heads.output!r} carried instead of refitted: {why}"
         if heads.used == "carry":
+            if head_batches is not None:
+                rows_b = layer_inputs(target, heads.output, [bb for _, bb in pairs])
             heads.carried = _carry(source, s_layers, src_vals, rows_b, pairs, t_mods[heads.output])
             _set_linear(t_mods[heads.output], *heads.carried)
         else:
@@ -440,6 +451,7 @@ def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVe
             W, b, rec = fit_linear_head(labelled[0], labelled[1], _out_dim(t_mods[heads.output]))
             _set_linear(t_mods[heads.output], W, b)
             heads.record["calibration_head"] = {"lambda": rec["lambda"], "rows": rec["rows"]}
+        heads.record["head_data"] = head_batches is not None
         tgt_vals = {k: v.detach().clone() for k, v in target.named_parameters() if k in before}
     finally:
         with torch.no_grad():
@@ -480,5 +492,8 @@ def heads_summary(heads: NewHeads | None) -> str:
     """One line for the command line."""
     if heads is None:
         return ""
-    what = "refitted on the labelled calibration rows" if heads.used == "refit" else "carried from A"
+    rows = heads.record.get("calibration_head", {}).get("rows")
+    src = "head data" if heads.record.get("head_data") else "calibration"
+    what = (f"refitted on {rows} labelled {src} rows" if rows else f"refitted on the labelled {src} rows") \
+        if heads.used == "refit" else "carried from A"
     return f"new head {', '.join(heads.target)} {what}" + (f" ({heads.record['note']})" if "note" in heads.record else "")
