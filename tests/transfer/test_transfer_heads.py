@@ -147,6 +147,11 @@ def test_refit_recovers_a_planted_linear_rule():
     W_fit, b_fit, rec = fit_linear_head(X[:300], y[:300], 4)
     assert rec["lambda"] in (1e-4, 1e-3, 1e-2, 1e-1, 1.0) and rec["rows"] == 300
     assert float(((X[300:] @ W_fit.T + b_fit).argmax(1) == y[300:]).double().mean()) >= 0.95
+    # the cross-validation path warm-starts each fit from the previous penalty's: the chosen penalty fitted from
+    # zero gives the same head (the optimum is unique; only the iterations differ)
+    W_cold, b_cold, _ = fit_linear_head(X[:300], y[:300], 4, grid=(rec["lambda"],))
+    torch.testing.assert_close(W_fit, W_cold, atol=1e-4 * float(W_cold.abs().max()), rtol=0)
+    torch.testing.assert_close(b_fit, b_cold, atol=1e-4 * float(b_cold.abs().max()) + 1e-6, rtol=0)
     # float targets: ridge regression, exact at a negligible penalty
     Y = X @ W.T + b
     W_r, b_r, _ = fit_linear_head(X, Y, 4, grid=(1e-12,))
