@@ -431,7 +431,12 @@ def main(argv=None) -> None:
 
 # The goals, fixed before the run (ftlab's own, not a paper's claims): each is a paired difference per seed whose
 # 95% Student-t interval decides "met" (interval above 0), "missed" (below 0) or "undecided" (straddles 0).
+# The first two goals are judged twice: on the documented command, which since the design run on WordNet
+# (docs/lora-transfer.md, "Design") passes the task's labelled training texts as --head-data ("ftlab + head data"),
+# and on the command with the 100 calibration texts alone ("ftlab"). Fixed before the held-out run of those rows.
 GOALS = {
+    "ftlab + head data >= B probe": "ftlab + head data - probe",
+    "ftlab + head data closes >= 30% of probe -> B+LoRA": "(ftlab + head data - probe) - 0.3 (B+LoRA - probe)",
     "ftlab >= B probe": "ftlab - probe",
     "ftlab closes >= 30% of probe -> B+LoRA": "(ftlab - probe) - 0.3 (B+LoRA - probe)",
     "heal 50 steps within 2 points of B+LoRA": "heal ftlab@50 - B+LoRA + 0.02",
@@ -453,8 +458,11 @@ def seed_table(records):
 def goal_values(t) -> dict[str, object]:
     """Per-seed paired differences of the goals and the premise (pandas Series indexed like ``t``)."""
     gap = t["B+LoRA"] - t["B probe"]
-    vals = {PREMISE: gap, "ftlab >= B probe": t["ftlab"] - t["B probe"],
-            "ftlab closes >= 30% of probe -> B+LoRA": (t["ftlab"] - t["B probe"]) - 0.3 * gap}
+    vals = {PREMISE: gap}
+    for row in ("ftlab + head data", "ftlab"):
+        if row in t:
+            vals[f"{row} >= B probe"] = t[row] - t["B probe"]
+            vals[f"{row} closes >= 30% of probe -> B+LoRA"] = (t[row] - t["B probe"]) - 0.3 * gap
     if "heal ftlab@50" in t:
         vals["heal 50 steps within 2 points of B+LoRA"] = t["heal ftlab@50"] - t["B+LoRA"] + 0.02
     return vals
@@ -472,8 +480,8 @@ def summary(t) -> str:
     """The short table of docs/transfer.md: per pair, each row's mean and its paired difference to B's probe."""
     from ftlab.experiments.verdicts import t_interval
 
-    rows = ["A+LoRA", "B probe", "B+LoRA", "ftlab", "ftlab, head only", "naive", "copy", "heal ftlab@50",
-            "heal fresh@50"]
+    rows = ["A+LoRA", "B probe", "B+LoRA", "ftlab + head data", "ftlab + head data, head only", "ftlab",
+            "ftlab, head only", "naive", "copy", "heal ftlab@50", "heal fresh@50"]
     pairs = list(t.index.unique("pair"))
     head = "| | " + " | ".join(f"{p} ({len(t.loc[p])} seeds)" for p in pairs) + " |"
     lines = [head, "|---|" + "---|" * len(pairs)]
@@ -508,7 +516,8 @@ def write_report(store: Path) -> None:
         raise SystemExit(f"{store} holds no finished points: run the benchmark first")
     t = seed_table(records)
     atomic_write_text(DOCS / "lora-transfer.csv", t.round(4).to_csv())
-    order = ["A+LoRA", "B probe", "B+LoRA", "ftlab", "ftlab, head only", "naive", "copy"]
+    order = ["A+LoRA", "B probe", "B+LoRA", "ftlab + head data", "ftlab + head data, head only", "ftlab",
+             "ftlab, head only", "naive", "copy"]
     lines = []
     fig, axes = new_figure(1, len(t.index.unique("pair")), size=(5.2 * len(t.index.unique("pair")), 3.6))
     axes = np.atleast_1d(axes)
@@ -530,15 +539,19 @@ def write_report(store: Path) -> None:
             verdict = ("holds" if lo > 0 else "fails" if hi < 0 else "undecided") if name == PREMISE else word(lo, hi)
             lines.append(f"| {label} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | {verdict} |")
         for name, cols in (("ftlab - ftlab, head only (what the carried encoder delta adds)", ("ftlab", "ftlab, head only")),
+                           ("ftlab + head data - its head only (the encoder delta over a cross-validated probe)",
+                            ("ftlab + head data", "ftlab + head data, head only")),
+                           ("ftlab + head data - ftlab (what the training texts add to the head)",
+                            ("ftlab + head data", "ftlab")),
                            ("heal ftlab@50 - heal fresh@50", ("heal ftlab@50", "heal fresh@50"))):
             if set(cols) <= set(tp):
                 m, lo, hi = t_interval((tp[cols[0]] - tp[cols[1]]).to_numpy())
                 lines.append(f"| {name} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | (ftlab's finding, no goal) |")
-        if {"ftlab", "B probe", "B+LoRA"} <= set(tp):
-            gap = (tp["B+LoRA"] - tp["B probe"]).mean()
-            closed = (tp["ftlab"] - tp["B probe"]).mean() / gap if gap else float("nan")
-            lines.append(f"\nShare of the probe -> B+LoRA gap closed by ftlab's adapter (ratio of means): "
-                         f"{closed:.2f}.")
+        for row in ("ftlab + head data", "ftlab"):
+            if {row, "B probe", "B+LoRA"} <= set(tp):
+                gap = (tp["B+LoRA"] - tp["B probe"]).mean()
+                closed = (tp[row] - tp["B probe"]).mean() / gap if gap else float("nan")
+                lines.append(f"\nShare of the probe -> B+LoRA gap closed by {row} (ratio of means): {closed:.2f}.")
         for row, style in (("heal ftlab", "o-"), ("heal fresh", "s--")):
             cols = [c for c in heal if c.startswith(row + "@")]
             if not cols:

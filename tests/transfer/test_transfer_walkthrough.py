@@ -62,6 +62,10 @@ def practitioner(tmp_path, monkeypatch):
         for i in range(48):
             words = [WORDS[int(j)] for j in torch.randint(0, len(WORDS), (6,), generator=rng)]
             fh.write(json.dumps({"text": " ".join(words), "label": i % 3}) + "\n")
+    with open("train.jsonl", "w") as fh:
+        for i in range(96):
+            words = [WORDS[int(j)] for j in torch.randint(0, len(WORDS), (6,), generator=rng)]
+            fh.write(json.dumps({"text": " ".join(words), "label": i % 3}) + "\n")
     return tmp_path
 
 
@@ -164,6 +168,17 @@ def test_bad_inputs_of_the_walkthrough_are_one_line_and_write_nothing(practition
     assert not Path("wide-bert-lora").exists()
 
 
+def _without(argv: list[str], flag: str) -> list[str]:
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2:]
+
+
+def _with(argv: list[str], flag: str, value: str) -> list[str]:
+    out = list(argv)
+    out[out.index(flag) + 1] = value
+    return out
+
+
 def test_head_data_refits_the_new_head_on_its_rows_as_the_api_does(practitioner, capsys):
     small = transformers.BertForSequenceClassification.from_pretrained("small-bert").eval()
     pm = peft.get_peft_model(copy.deepcopy(small), peft.LoraConfig(r=2, target_modules=["query", "value"],
@@ -174,37 +189,38 @@ def test_head_data_refits_the_new_head_on_its_rows_as_the_api_does(practitioner,
             if "lora_" in n or "modules_to_save" in n:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
     pm.save_pretrained("small-bert-cls")
-    rows = [json.loads(x) for x in Path("texts.jsonl").read_text().splitlines()]
-    Path("calib.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:12]))
-    argv = _commands()[1]
-    argv[argv.index("--source-finetuned") + 1] = "small-bert-cls"
-    argv[argv.index("--data") + 1] = "calib.jsonl"
-    code, _, err = _run(argv[:argv.index("--out")] + ["--head-data", "texts.jsonl", "--out", "with-head-data"], capsys)
+    argv = _with(_commands()[1], "--source-finetuned", "small-bert-cls")
+    assert "--head-data" in argv  # the walk-through's command, as written, with an adapter that has a new head
+    code, _, err = _run(_with(argv, "--out", "with-head-data"), capsys)
     assert code == 0, err
-    assert "refitted on 48 labelled head data rows" in err
+    assert "refitted on 96 labelled head data rows" in err
     report = json.loads(Path("with-head-data/report.json").read_text())
-    assert report["inputs"]["head_data"] == "texts.jsonl" and report["heads"]["head_data"] is True
+    assert report["inputs"]["head_data"] == "train.jsonl" and report["heads"]["head_data"] is True
     from ftlab.cli.transfer_inputs import hf_loss
     from ftlab.transfer import fit_transfer
     from ftlab.transfer.datafiles import load_tokenizer, text_batches
 
     B = transformers.BertForSequenceClassification.from_pretrained("wide-bert").eval()
     toks = [load_tokenizer("small-bert"), load_tokenizer("wide-bert")]
-    src, tgt = text_batches("calib.jsonl", toks, batch_size=32)
-    _, head = text_batches("texts.jsonl", toks, batch_size=32)
+    src, tgt = text_batches("texts.jsonl", toks, batch_size=32)
+    _, head = text_batches("train.jsonl", toks, batch_size=32)
     res = fit_transfer(small, "small-bert-cls", B, loss=hf_loss, source_batches=src, target_batches=tgt,
                        head_batches=head)
     merged = peft.PeftModel.from_pretrained(copy.deepcopy(B), "with-head-data").merge_and_unload()
     torch.testing.assert_close(merged.classifier.weight, res.model(B).classifier.weight, atol=1e-5, rtol=0)
-    # without --head-data the head is fitted on the 12 calibration rows: another head
-    code, _, err = _run(argv[:argv.index("--out")] + ["--out", "without"], capsys)
-    assert code == 0 and "refitted on 12 labelled calibration rows" in err
+    # without --head-data the head is fitted on the 48 calibration rows: another head
+    code, _, err = _run(_with(_without(argv, "--head-data"), "--out", "without"), capsys)
+    assert code == 0 and "refitted on 48 labelled calibration rows" in err
     other = peft.PeftModel.from_pretrained(copy.deepcopy(B), "without").merge_and_unload()
     assert (other.classifier.weight - merged.classifier.weight).abs().max() > 1e-4
     # --head-data without --data, and a head-data file without rows: one line each, nothing written
-    code, _, err = _run([a for a in argv if a not in ("--data", "calib.jsonl")][:-2] +
-                        ["--head-data", "texts.jsonl", "--out", "bad1"], capsys)
+    code, _, err = _run(_with(_without(argv, "--data"), "--out", "bad1"), capsys)
     assert code != 0 and "--head-data" in err and not Path("bad1").exists()
     Path("empty.jsonl").write_text("\n")
-    code, _, err = _run(argv[:argv.index("--out")] + ["--head-data", "empty.jsonl", "--out", "bad2"], capsys)
+    code, _, err = _run(_with(_with(argv, "--head-data", "empty.jsonl"), "--out", "bad2"), capsys)
     assert code != 0 and "empty.jsonl" in err and not Path("bad2").exists()
+
+
+def test_head_data_without_a_new_head_is_said_to_be_unused(practitioner, capsys):
+    code, _, err = _run(_with(_commands()[1], "--out", "plain"), capsys)  # the adapter has no new head
+    assert code == 0 and "--head-data is unused" in err

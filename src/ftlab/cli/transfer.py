@@ -347,6 +347,9 @@ def _run(a: dict, m, opts) -> None:
                f"{extra}; wrote {out}/{', '.join(files)}")
     if res.heads is not None:
         click.echo(f"ftlab transfer: {heads_summary(res.heads)}", err=True)
+    elif a["head_data"] is not None:
+        click.echo("ftlab transfer: note: --head-data is unused: the source fine-tuning has no task head that is new "
+                   "in both bases (a PEFT adapter's modules_to_save outside the base model)", err=True)
     if notes:
         click.echo(f"ftlab transfer: note: {rank_advice(res, opts)}", err=True)
 
