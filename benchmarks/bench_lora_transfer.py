@@ -3,6 +3,7 @@
     python benchmarks/bench_lora_transfer.py --pilot            # premise pilot: probe vs a LoRA trained on B (seed 100)
     python benchmarks/bench_lora_transfer.py                    # the run: every pair and seed (resumes from its store)
     python benchmarks/bench_lora_transfer.py --report           # tables, verdicts and figure from the store only
+    python benchmarks/bench_lora_transfer.py --report --from-csv docs/lora-transfer.csv   # ... from the committed table
     python benchmarks/bench_lora_transfer.py --task wordnet      # the design task (validation data), its own store
 
 The task, chosen because it was not used to design any of ftlab's defaults: Debian package synopses (the
@@ -397,6 +398,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=os.environ.get("FTLAB_BENCH_OUT", "results"), help="store and work folder")
     ap.add_argument("--pilot", action="store_true", help="the premise pilot (seed 100, MiniLM-L6 probe vs LoRA)")
     ap.add_argument("--report", action="store_true", help="no training: write the docs from the store")
+    ap.add_argument("--from-csv", metavar="CSV",
+                    help="with --report: read the per-seed table (docs/lora-transfer.csv) instead of the store")
     ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pair names")
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds to run (first n of SEEDS)")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
@@ -418,13 +421,15 @@ def main(argv=None) -> None:
         return
     pairs = [p.strip() for p in args.pairs.split(",")]
     store = out / ("lora-design.jsonl" if args.task == "wordnet" else "lora-transfer.jsonl")
-    if not args.report:
+    if not (args.report or args.from_csv):
         points = [{"pair": pair, "seed": s, "part": part, "out": str(out),
                    **({"task_name": args.task} if args.task != "debian" else {})}
                   for pair in pairs for s in SEEDS[:args.seeds] for part in PARTS if part in args.parts.split(",")]
         run_sweep(run_point, points, store=store, workers=1, desc=f"lora transfer ({args.task})")
     if args.task == "wordnet":
         write_design(store)
+    elif args.from_csv:
+        write_report(Path(args.from_csv))
     else:
         write_report(store)
 
@@ -468,6 +473,19 @@ def goal_values(t) -> dict[str, object]:
     return vals
 
 
+#: Rows every reported seed must have: a seed without one of them (a run stopped midway) would enter some means
+#: and not the paired differences, so it is left out of the tables and named below them.
+GOAL_ROWS = ("B probe", "B+LoRA", "ftlab + head data", "ftlab")
+
+
+def complete_seeds(t):
+    """``t`` restricted to the (pair, seed) rows holding every row of ``GOAL_ROWS``, and a note naming the others."""
+    have = [r for r in GOAL_ROWS if r in t]
+    ok = t[have].notna().all(axis=1)
+    dropped = ", ".join(f"{p} seed {s}" for p, s in t.index[~ok])
+    return t[ok], dropped
+
+
 def word(lo: float, hi: float) -> str:
     import math
 
@@ -503,19 +521,32 @@ def summary(t) -> str:
     return "\n".join(lines)
 
 
-def write_report(store: Path) -> None:
-    """docs/lora-transfer.csv (per seed), the generated block of docs/lora-transfer.md, docs/figures/lora-heal.png."""
-    from _common import replace_block
-    from ftlab.core.plotting import new_figure, save_figure
+def load_table(store: Path):
+    """The per-seed table and a line naming its source: from the store (and written to docs/lora-transfer.csv), or
+    from such a CSV (rounded to 4 decimals), which stands in for a store that is gone."""
+    import pandas as pd
+
     from ftlab.core.results import atomic_write_text
     from ftlab.core.sweep import read_store
-    from ftlab.experiments.verdicts import t_interval
 
+    if store.suffix == ".csv":
+        return pd.read_csv(store, index_col=["pair", "seed"]), f"{store.name} (the per-seed table of an earlier run's store)"
     records = [{**e["point"], **r} for e in read_store(store).values() for r in e["records"]]
     if not records:
         raise SystemExit(f"{store} holds no finished points: run the benchmark first")
     t = seed_table(records)
     atomic_write_text(DOCS / "lora-transfer.csv", t.round(4).to_csv())
+    return t, f"{store.name}: {len(records)} records"
+
+
+def write_report(store: Path) -> None:
+    """docs/lora-transfer.csv (per seed), the generated block of docs/lora-transfer.md, docs/figures/lora-heal.png."""
+    from _common import replace_block
+    from ftlab.core.plotting import new_figure, save_figure
+    from ftlab.experiments.verdicts import t_interval
+
+    t, source = load_table(store)
+    t, incomplete = complete_seeds(t)
     order = ["A+LoRA", "B probe", "B+LoRA", "ftlab + head data", "ftlab + head data, head only", "ftlab",
              "ftlab, head only", "naive", "copy"]
     lines = []
@@ -528,12 +559,15 @@ def write_report(store: Path) -> None:
                   "| row | test accuracy, mean [95% interval] | per seed |", "|---|---|---|"]
         heal = sorted((c for c in tp.columns if "@" in c), key=lambda c: (c.split("@")[0], int(c.split("@")[1])))
         for row in order + heal:
-            if row not in tp:
+            if row not in tp or tp[row].isna().all():
                 continue
             m, lo, hi = t_interval(tp[row].to_numpy())
             lines.append(f"| {row} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {' '.join(f'{v:.3f}' for v in tp[row])} |")
         lines += ["", "| paired difference per seed | mean [95% interval] | goal |", "|---|---|---|"]
         for name, vals in goal_values(tp).items():
+            if vals.isna().all():
+                lines.append(f"| {name}: {GOALS[name]} | not run | undecided |")
+                continue
             m, lo, hi = t_interval(vals.to_numpy())
             label = "premise: " + name if name == PREMISE else f"{name}: {GOALS[name]}"
             verdict = ("holds" if lo > 0 else "fails" if hi < 0 else "undecided") if name == PREMISE else word(lo, hi)
@@ -544,7 +578,7 @@ def write_report(store: Path) -> None:
                            ("ftlab + head data - ftlab (what the training texts add to the head)",
                             ("ftlab + head data", "ftlab")),
                            ("heal ftlab@50 - heal fresh@50", ("heal ftlab@50", "heal fresh@50"))):
-            if set(cols) <= set(tp):
+            if set(cols) <= set(tp) and not (tp[cols[0]] - tp[cols[1]]).isna().all():
                 m, lo, hi = t_interval((tp[cols[0]] - tp[cols[1]]).to_numpy())
                 lines.append(f"| {name} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | (ftlab's finding, no goal) |")
         for row in ("ftlab + head data", "ftlab"):
@@ -568,7 +602,8 @@ def write_report(store: Path) -> None:
         lines.append("")
     save_figure(fig, DOCS / "figures" / "lora-heal.png")
     replace_block(DOCS / "transfer.md", "<!-- BEGIN lora-summary -->", "<!-- END lora-summary -->", summary(t))
-    body = "\n".join(lines) + f"\n\n*From {store.name}: {len(records)} records.*"
+    body = "\n".join(lines) + (f"\n\nSeeds left out for lacking a goal's row: {incomplete}." if incomplete else "") \
+        + f"\n\n*From {source}.*"
     replace_block(DOCS / "lora-transfer.md", "<!-- BEGIN generated -->", "<!-- END generated -->", body)
     print(body)
 
