@@ -216,3 +216,22 @@ def test_head_batches_refit_the_head_on_their_own_rows(tmp_path):
     assert (res.model(B).classifier.weight - plain.model(B).classifier.weight).abs().max() > 1e-4
     with pytest.raises(ValueError, match="head_batches is empty"):
         fit_transfer(A, tmp_path / "ad", B, cal, hf_loss, head_batches=[])
+
+
+def test_the_head_at_alpha_0_reuses_the_calibration_fit_and_equals_a_fresh_one(tmp_path, monkeypatch):
+    import ftlab.transfer.heads as heads_mod
+
+    A, B = bert(16, 2, 0), bert(24, 2, 1)
+    seq_cls_adapter(A, tmp_path / "ad")
+    res = fit_transfer(A, tmp_path / "ad", B, batches(), hf_loss, head_batches=batches(seed=11, n=4))
+    calls = []
+    fit = heads_mod.fit_linear_head
+    monkeypatch.setattr(heads_mod, "fit_linear_head", lambda *a, **k: calls.append(1) or fit(*a, **k))
+    at0 = res.model(B, 0.0).classifier
+    assert calls == []  # B's own rows at alpha 0 are the calibration head's rows: no second fit
+    res.heads.fitted = None  # the same head fitted again from scratch
+    again = res.model(B, 0.0).classifier
+    assert calls == [1]
+    assert torch.equal(at0.weight, again.weight) and torch.equal(at0.bias, again.bias)
+    res.model(B, 1.0)
+    assert calls == [1, 1]

@@ -315,8 +315,7 @@ def _run(a: dict, m, opts) -> None:
                          "forward passes only)")
     kw = cal.kwargs() if cal is not None else {}
     if a["head_data"] is not None:
-        kw["head_batches"] = head_data_batches(a, source_folder=a["source_arch"] or a["source_base"],
-                                               target_folder=a["target_arch"] or a["target_base"],
+        kw["head_batches"] = head_data_batches(a, target_folder=a["target_arch"] or a["target_base"],
                                                trust_remote_code=trust)
     opts = with_tokenizer_vocab_map(opts, a, A, B, source_folder=a["source_arch"] or a["source_base"],
                                     target_folder=a["target_arch"] or a["target_base"], trust_remote_code=trust)

@@ -94,35 +94,47 @@ def _tokenizer_folder(explicit: str | None, model_folder: str, role: str) -> str
                      f"--{role.split()[0]}-tokenizer")
 
 
+def _file_batches(a: dict, ref: str, sides: list[tuple[str, str]], n_max: int | None,
+                  trust_remote_code: bool) -> list[list] | None:
+    """Batches of a text file or an image folder for each ``(role, model folder)`` in ``sides`` (read with that
+    model's tokenizer or preprocessing; one list for all sides where their image preprocessing is the same), or
+    None for a tensor file."""
+    from ftlab.transfer import datafiles
+
+    path = Path(ref)
+    if path.suffix.lower() in datafiles.TEXT_SUFFIXES:
+        toks = [datafiles.load_tokenizer(_tokenizer_folder(a[f"{who}_tokenizer"], folder, f"{who} base"),
+                                         trust_remote_code=trust_remote_code) for who, folder in sides]
+        return datafiles.text_batches(path, toks, text_column=a["text_column"], pair_column=a["text_pair_column"],
+                                      label_column=a["label_column"] or None, batch_size=a["batch_size"],
+                                      max_length=a["max_length"], max_rows=n_max)
+    if path.is_dir():
+        mean, std = parse_floats(a["image_mean"], "--image-mean"), parse_floats(a["image_std"], "--image-std")
+        sizes = {"source": a["image_size"], "target": a["target_image_size"] or a["image_size"]}
+        pre = [datafiles.image_preprocessing(folder, size=sizes[who], mean=mean, std=std) for who, folder in sides]
+        if all(p == pre[0] for p in pre):
+            pre = pre[:1]  # one list of batches serves every side
+        return datafiles.image_folder_batches(path, pre, batch_size=a["batch_size"], max_images=n_max)
+    return None
+
+
 def calibration_data(a: dict, *, source_folder: str, target_folder: str, trust_remote_code: bool = False
                      ) -> Calibration | None:
     """The calibration batches of a command line (``a`` holds its calibration options)."""
     from ftlab.transfer import datafiles
     from ftlab.transfer.io import load_batches
 
-    ref, n_max = a["data"], a["max_samples"]
+    ref = a["data"]
     if ref is None:
         return None
-    path = Path(ref)
-    if path.suffix.lower() in datafiles.TEXT_SUFFIXES:
-        toks = [datafiles.load_tokenizer(_tokenizer_folder(a[f"{who}_tokenizer"], folder, f"{who} base"),
-                                         trust_remote_code=trust_remote_code)
-                for who, folder in (("source", source_folder), ("target", target_folder))]
-        src, tgt = datafiles.text_batches(path, toks, text_column=a["text_column"], pair_column=a["text_pair_column"],
-                                          label_column=a["label_column"] or None, batch_size=a["batch_size"],
-                                          max_length=a["max_length"], max_rows=n_max)
-        return Calibration(source=_cap(src, a["max_batches"], ref), target=_cap(tgt, a["max_batches"], ref),
-                           labelled_file=bool(a["label_column"]))
-    if path.is_dir():
-        mean, std = parse_floats(a["image_mean"], "--image-mean"), parse_floats(a["image_std"], "--image-std")
-        pre = [datafiles.image_preprocessing(folder, size=size, mean=mean, std=std)
-               for folder, size in ((source_folder, a["image_size"]),
-                                    (target_folder, a["target_image_size"] or a["image_size"]))]
-        isrc, itgt = datafiles.image_folder_batches(path, pre, batch_size=a["batch_size"], max_images=n_max)
-        if pre[0] == pre[1]:
-            return Calibration(batches=_cap(isrc, a["max_batches"], ref), labelled_file=True)
-        return Calibration(source=_cap(isrc, a["max_batches"], ref), target=_cap(itgt, a["max_batches"], ref),
-                           labelled_file=True)
+    sides = [("source", source_folder), ("target", target_folder)]
+    both = _file_batches(a, ref, sides, a["max_samples"], trust_remote_code)
+    if both is not None:
+        capped = [_cap(b, a["max_batches"], ref) for b in both]
+        labelled = bool(a["label_column"]) or Path(ref).suffix.lower() not in datafiles.TEXT_SUFFIXES
+        if len(capped) == 1:  # images preprocessed alike for both models
+            return Calibration(batches=capped[0], labelled_file=labelled)
+        return Calibration(source=capped[0], target=capped[1], labelled_file=labelled)
     batches = load_batches(ref, a["batch_size"], a["max_batches"])
     if a["target_data"] is not None:
         return Calibration(source=batches, target=load_batches(a["target_data"], a["batch_size"], a["max_batches"],
@@ -130,16 +142,16 @@ def calibration_data(a: dict, *, source_folder: str, target_folder: str, trust_r
     return Calibration(batches=batches)
 
 
-def head_data_batches(a: dict, *, source_folder: str, target_folder: str, trust_remote_code: bool = False
-                      ) -> list:
-    """B's batches of ``--head-data`` (read like ``--data`` with B's tokenizer or preprocessing; every row, no
+def head_data_batches(a: dict, *, target_folder: str, trust_remote_code: bool = False) -> list:
+    """B's batches of ``--head-data``, read like ``--data`` with B's tokenizer or preprocessing alone; every row (no
     ``--max-samples`` / ``--max-batches`` cap: they limit the calibration pass)."""
-    cal = calibration_data({**a, "data": a["head_data"], "target_data": None, "max_samples": None, "max_batches": None},
-                           source_folder=source_folder, target_folder=target_folder, trust_remote_code=trust_remote_code)
-    assert cal is not None
-    out = cal.target if cal.target is not None else cal.batches
+    from ftlab.transfer.io import load_batches
+
+    ref = a["head_data"]
+    read = _file_batches(a, ref, [("target", target_folder)], None, trust_remote_code)
+    out = read[0] if read is not None else load_batches(ref, a["batch_size"], None, what="--head-data")
     if not out:
-        raise ValueError(f"--head-data {a['head_data']!r} holds no rows")
+        raise ValueError(f"--head-data {ref!r} holds no rows")
     return out
 
 

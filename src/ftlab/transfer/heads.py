@@ -366,6 +366,9 @@ class NewHeads:
     carried: tuple[torch.Tensor, torch.Tensor] | None = None
     batches: list = field(default_factory=list, repr=False)
     record: dict = field(default_factory=dict)
+    #: the calibration head's fit ``(rows, W, b, record)``: :meth:`apply_` reuses it when it reads the same rows
+    #: (``alpha = 0``), instead of running the cross-validated fit again
+    fitted: tuple | None = field(default=None, repr=False)
 
     @property
     def output(self) -> str:
@@ -390,7 +393,12 @@ class NewHeads:
         rows = layer_inputs(model, self.output, self.batches)
         got = _labelled_rows(rows, [batch_labels(b) for b in self.batches])
         assert got is not None, "refit was chosen only with labelled rows"
-        W, b, rec = fit_linear_head(got[0], got[1], _out_dim(mods[self.output]))
+        cached = self.fitted
+        if cached is not None and cached[0].shape == got[0].shape and cached[0].dtype == got[0].dtype \
+                and torch.equal(cached[0], got[0]):
+            W, b, rec = cached[1:]
+        else:
+            W, b, rec = fit_linear_head(got[0], got[1], _out_dim(mods[self.output]))
         _set_linear(mods[self.output], W, b)
         return {"rule": "refit", **rec}
 
@@ -460,6 +468,7 @@ def prepare_heads(rule: str, source: nn.Module, target: nn.Module, tau_a: TaskVe
         else:
             assert labelled is not None
             W, b, rec = fit_linear_head(labelled[0], labelled[1], _out_dim(t_mods[heads.output]))
+            heads.fitted = (labelled[0], W, b, rec)
             _set_linear(t_mods[heads.output], W, b)
             heads.record["calibration_head"] = {"lambda": rec["lambda"], "rows": rec["rows"]}
         heads.record["head_data"] = head_batches is not None
