@@ -3,7 +3,7 @@
     python benchmarks/bench_lora_transfer.py --pilot            # premise pilot: probe vs a LoRA trained on B (seed 100)
     python benchmarks/bench_lora_transfer.py                    # the run: every pair and seed (resumes from its store)
     python benchmarks/bench_lora_transfer.py --report           # tables, verdicts and figure from the store only
-    python benchmarks/bench_lora_transfer.py --report --from-csv docs/lora-transfer.csv   # ... from the committed table
+    python benchmarks/bench_lora_transfer.py --report --from-csv docs/lora-transfer.csv   # the committed table (+ store)
     python benchmarks/bench_lora_transfer.py --task wordnet      # the design task (validation data), its own store
 
 The task, chosen because it was not used to design any of ftlab's defaults: Debian package synopses (the
@@ -399,9 +399,12 @@ def main(argv=None) -> None:
     ap.add_argument("--pilot", action="store_true", help="the premise pilot (seed 100, MiniLM-L6 probe vs LoRA)")
     ap.add_argument("--report", action="store_true", help="no training: write the docs from the store")
     ap.add_argument("--from-csv", metavar="CSV",
-                    help="with --report: read the per-seed table (docs/lora-transfer.csv) instead of the store")
+                    help="report from an earlier run's per-seed table (docs/lora-transfer.csv), its cells filled or "
+                         "replaced by the store's records (a run of only the missing parts adds to it)")
     ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pair names")
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds to run (first n of SEEDS)")
+    ap.add_argument("--seed-list", default=None, metavar="S,S",
+                    help="these seeds of SEEDS instead of the first --seeds (e.g. one a stopped run left incomplete)")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
     ap.add_argument("--task", choices=("debian", "wordnet"), default="debian",
                     help="debian: the held-out task the docs report; wordnet: the design task (its store "
@@ -421,17 +424,18 @@ def main(argv=None) -> None:
         return
     pairs = [p.strip() for p in args.pairs.split(",")]
     store = out / ("lora-design.jsonl" if args.task == "wordnet" else "lora-transfer.jsonl")
-    if not (args.report or args.from_csv):
+    seeds = SEEDS[:args.seeds] if args.seed_list is None else [int(x) for x in args.seed_list.split(",")]
+    if not set(seeds) <= set(SEEDS):
+        raise SystemExit(f"--seed-list {args.seed_list!r}: the seeds are {SEEDS}")
+    if not args.report:
         points = [{"pair": pair, "seed": s, "part": part, "out": str(out),
                    **({"task_name": args.task} if args.task != "debian" else {})}
-                  for pair in pairs for s in SEEDS[:args.seeds] for part in PARTS if part in args.parts.split(",")]
+                  for pair in pairs for s in seeds for part in PARTS if part in args.parts.split(",")]
         run_sweep(run_point, points, store=store, workers=1, desc=f"lora transfer ({args.task})")
     if args.task == "wordnet":
         write_design(store)
-    elif args.from_csv:
-        write_report(Path(args.from_csv))
     else:
-        write_report(store)
+        write_report(store, Path(args.from_csv) if args.from_csv else None)
 
 
 # The goals, fixed before the run (ftlab's own, not a paper's claims): each is a paired difference per seed whose
@@ -521,31 +525,36 @@ def summary(t) -> str:
     return "\n".join(lines)
 
 
-def load_table(store: Path):
-    """The per-seed table and a line naming its source: from the store (and written to docs/lora-transfer.csv), or
-    from such a CSV (rounded to 4 decimals), which stands in for a store that is gone."""
+def load_table(store: Path, csv: Path | None = None):
+    """The per-seed table and a line naming its source. From the store (and written to docs/lora-transfer.csv); with
+    ``csv``, that table (an earlier run's, rounded to 4 decimals, standing in for a store that is gone) with the
+    store's records, where there are any, filling or replacing its cells; the merged table is written back."""
     import pandas as pd
 
     from ftlab.core.results import atomic_write_text
     from ftlab.core.sweep import read_store
 
-    if store.suffix == ".csv":
-        return pd.read_csv(store, index_col=["pair", "seed"]), f"{store.name} (the per-seed table of an earlier run's store)"
-    records = [{**e["point"], **r} for e in read_store(store).values() for r in e["records"]]
-    if not records:
+    records = [{**e["point"], **r} for e in read_store(store).values() for r in e["records"]] if store.is_file() else []
+    if csv is None and not records:
         raise SystemExit(f"{store} holds no finished points: run the benchmark first")
-    t = seed_table(records)
+    t = seed_table(records) if records else None
+    source = f"{store.name}: {len(records)} records"
+    if csv is not None:
+        old = pd.read_csv(csv, index_col=["pair", "seed"])
+        t = old if t is None else t.combine_first(old)[sorted(set(old.columns) | set(t.columns))]
+        source = f"{csv.name} (an earlier run's per-seed table)" + (f" and {source} (they replace its cells)"
+                                                                     if records else "")
     atomic_write_text(DOCS / "lora-transfer.csv", t.round(4).to_csv())
-    return t, f"{store.name}: {len(records)} records"
+    return t, source
 
 
-def write_report(store: Path) -> None:
+def write_report(store: Path, csv: Path | None = None) -> None:
     """docs/lora-transfer.csv (per seed), the generated block of docs/lora-transfer.md, docs/figures/lora-heal.png."""
     from _common import replace_block
     from ftlab.core.plotting import new_figure, save_figure
     from ftlab.experiments.verdicts import t_interval
 
-    t, source = load_table(store)
+    t, source = load_table(store, csv)
     t, incomplete = complete_seeds(t)
     order = ["A+LoRA", "B probe", "B+LoRA", "ftlab + head data", "ftlab + head data, head only", "ftlab",
              "ftlab, head only", "naive", "copy"]

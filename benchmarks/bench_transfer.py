@@ -667,9 +667,10 @@ def markdown(raw: dict, quick: bool) -> str:
     parts = ["## Task-vector transfer (BiCo): the fit against the forward-backward it rests on", "",
              f"Parts 1-3 measure the earlier code (commit `{EARLIER}`, checked out in a temporary git worktree) and "
              f"today's (`{labels['today']}`) side by side in one run: every measurement in a fresh process importing "
-             "one version's `src/`, repetitions alternating earlier / today. The machine was shared with another "
-             "CPU-heavy job during the run (load averages below): ratios measured side by side are the robust figures, "
-             "absolute seconds are not. Ratios are to a plain forward + backward of both bases over the same batches."]
+             "one version's `src/`, repetitions alternating earlier / today. The load averages below say how busy the "
+             "machine was (the run's own processes use 2 threads, so about 2 is the run itself on an otherwise quiet "
+             "machine): ratios measured side by side are the robust figures, absolute seconds are not. Ratios are to a "
+             "plain forward + backward of both bases over the same batches."]
     if lite is not None:
         sz = lite["sizes"]
         parts += pair_md(lite, f"EfficientNet-Lite0 -> Lite2 (ImageNet weights), {sz['batches'] * sz['batch']} images "
