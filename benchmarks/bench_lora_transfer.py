@@ -26,7 +26,9 @@ Per pair (source base A -> target base B) and seed, the rows are:
   labelled training texts of the seed, on which the new head is refitted (the maps still see only the 100
   calibration texts);
 * ``heal k``: ftlab's adapter after k steps of LoRA training on the 100 calibration texts (AdamW 1e-3, batch 16,
-  ``ftlab.transfer.heal``), against a fresh LoRA on B trained the same k steps on the same texts.
+  ``ftlab.transfer.heal``), against a fresh LoRA on B trained the same k steps on the same texts;
+  ``heal ftlab + head data k``: the ``ftlab + head data`` adapter healed the same way (part ``heal head data``, added
+  after the held-out run: an ftlab finding, judged by no goal).
 
 Store: ``<out>/lora-transfer.jsonl`` (one line per pair, seed and part; a killed run resumes), trained adapters
 under ``<out>/lora-work``. The report writes docs/lora-transfer.csv, the generated block of docs/lora-transfer.md and
@@ -67,7 +69,7 @@ PAIRS = {
     "MiniLM-L6 -> MPNet": ("minilm-l6", "mpnet", ("query", "value"), ("q", "v"), ("--seq-align", "mean")),
 }
 HF_CLASS = "AutoModelForSequenceClassification"
-PARTS = ("source", "probe", "direct", "transfer", "heal", "head only", "head data")
+PARTS = ("source", "probe", "direct", "transfer", "heal", "head only", "head data", "heal head data")
 
 
 # ------------------------------------------------------------------------------------------------ data and models
@@ -296,6 +298,13 @@ class Point:
             calib.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in self.data["calib"]))
         return calib
 
+    def train(self) -> Path:
+        """All labelled training texts (the ``--head-data`` file), written once."""
+        path = self.sdir / "train.jsonl"
+        if not path.is_file():
+            path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in self.data["train"]))
+        return path
+
     def on_b(self, adapter: Path) -> float:
         """Test accuracy of B with ``adapter`` (the head draw another than the adapter's own)."""
         return test_accuracy(with_adapter(self.b, adapter, self.k, self.seed + 1000), tokenizer(self.b),
@@ -326,29 +335,21 @@ def _part_head_only(p: Point) -> list[dict]:
 
 def _part_head_data(p: Point) -> list[dict]:
     """The head refitted on all 1,200 labelled training texts (``--head-data``), at alpha 1 and 0."""
-    train = p.sdir / "train.jsonl"
-    if not train.is_file():
-        train.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in p.data["train"]))
+    train = p.train()
     base = p.sdir / f"{p.a_name}-to-{p.b_name}-head-data"
     return [p.transferred("ftlab + head data", base, "--head-data", str(train)),
             p.transferred("ftlab + head data, head only", base.with_name(base.name + "-alpha0"), "--head-data",
                           str(train), "--alpha", "0")]
 
 
-def _part_heal(p: Point) -> list[dict]:
-    """ftlab's adapter healed k steps on the calibration texts, against a fresh LoRA on B trained the same."""
-    from ftlab.transfer.heal import HealRecipe, fresh_lora, heal_adapter
+def _heal(p: Point, starts: dict[str, Path]) -> list[dict]:
+    """Each adapter of ``starts`` (row name -> folder) healed k steps on the calibration texts, scored at HEAL_STEPS."""
+    from ftlab.transfer.heal import HealRecipe, heal_adapter
 
-    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.ftlab_out, p.extra)
-    fresh = p.sdir / f"{p.b_name}-fresh"
-    if not (fresh / "adapter_model.safetensors").is_file():
-        fresh.mkdir(exist_ok=True)
-        fresh_lora(load_task_model(p.b, p.k, p.seed), fresh, r=RANK, target_modules=p.b_mod,
-                   modules_to_save=["classifier"], lora_alpha=2 * RANK, seed=p.seed)
     recs: list[dict] = []
     tok_b = tokenizer(p.b)
     train = batches(tok_b, p.data["calib"], BATCH)
-    for row, start in (("heal ftlab", p.ftlab_out), ("heal fresh", fresh)):
+    for row, start in starts.items():
         def record(step, model, row=row):
             if step in HEAL_STEPS:
                 recs.append({"row": row, "steps": step, "acc": test_accuracy(model, tok_b, p.data["test"])})
@@ -358,8 +359,29 @@ def _part_heal(p: Point) -> list[dict]:
     return recs
 
 
+def _part_heal(p: Point) -> list[dict]:
+    """ftlab's adapter healed k steps on the calibration texts, against a fresh LoRA on B trained the same."""
+    from ftlab.transfer.heal import fresh_lora
+
+    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.ftlab_out, p.extra)
+    fresh = p.sdir / f"{p.b_name}-fresh"
+    if not (fresh / "adapter_model.safetensors").is_file():
+        fresh.mkdir(exist_ok=True)
+        fresh_lora(load_task_model(p.b, p.k, p.seed), fresh, r=RANK, target_modules=p.b_mod,
+                   modules_to_save=["classifier"], lora_alpha=2 * RANK, seed=p.seed)
+    return _heal(p, {"heal ftlab": p.ftlab_out, "heal fresh": fresh})
+
+
+def _part_heal_head_data(p: Point) -> list[dict]:
+    """The documented command's adapter (``--head-data``) healed the same way (added after the held-out run: an
+    ftlab finding, no goal)."""
+    dest = p.sdir / f"{p.a_name}-to-{p.b_name}-head-data"
+    run_transfer(p.a, p.a_lora, p.b, p.calib(), dest, (*p.extra, "--head-data", str(p.train())))
+    return _heal(p, {"heal ftlab + head data": dest})
+
+
 TRANSFER_PARTS = {"transfer": _part_transfer, "head only": _part_head_only, "head data": _part_head_data,
-                  "heal": _part_heal}
+                  "heal": _part_heal, "heal head data": _part_heal_head_data}
 
 
 def run_point(pair: str, seed: int, part: str, sections: tuple[str, ...] = SECTIONS, out: str = "",
@@ -503,7 +525,7 @@ def summary(t) -> str:
     from ftlab.experiments.verdicts import t_interval
 
     rows = ["A+LoRA", "B probe", "B+LoRA", "ftlab + head data", "ftlab + head data, head only", "ftlab",
-            "ftlab, head only", "naive", "copy", "heal ftlab@50", "heal fresh@50"]
+            "ftlab, head only", "naive", "copy", "heal ftlab@50", "heal ftlab + head data@50", "heal fresh@50"]
     pairs = list(t.index.unique("pair"))
     head = "| | " + " | ".join(f"{p} ({len(t.loc[p])} seeds)" for p in pairs) + " |"
     lines = [head, "|---|" + "---|" * len(pairs)]
@@ -520,7 +542,8 @@ def summary(t) -> str:
                 continue
             d, lo, hi = t_interval((tp[row] - tp["B probe"]).to_numpy())
             cells.append(f"{m:.3f} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}])")
-        label = {"heal ftlab@50": "ftlab + 50 heal steps", "heal fresh@50": "fresh LoRA, 50 steps"}.get(row, row)
+        label = {"heal ftlab@50": "ftlab + 50 heal steps", "heal fresh@50": "fresh LoRA, 50 steps",
+                 "heal ftlab + head data@50": "ftlab + head data + 50 heal steps"}.get(row, row)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -586,7 +609,11 @@ def write_report(store: Path, csv: Path | None = None) -> None:
                             ("ftlab + head data", "ftlab + head data, head only")),
                            ("ftlab + head data - ftlab (what the training texts add to the head)",
                             ("ftlab + head data", "ftlab")),
-                           ("heal ftlab@50 - heal fresh@50", ("heal ftlab@50", "heal fresh@50"))):
+                           ("heal ftlab@50 - heal fresh@50", ("heal ftlab@50", "heal fresh@50")),
+                           ("heal ftlab + head data@50 - B+LoRA (the documented adapter after 50 heal steps)",
+                            ("heal ftlab + head data@50", "B+LoRA")),
+                           ("heal ftlab + head data@50 - ftlab + head data (what the 50 steps add to it)",
+                            ("heal ftlab + head data@50", "ftlab + head data"))):
             if set(cols) <= set(tp) and not (tp[cols[0]] - tp[cols[1]]).isna().all():
                 m, lo, hi = t_interval((tp[cols[0]] - tp[cols[1]]).to_numpy())
                 lines.append(f"| {name} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | (ftlab's finding, no goal) |")
@@ -595,14 +622,16 @@ def write_report(store: Path, csv: Path | None = None) -> None:
                 gap = (tp["B+LoRA"] - tp["B probe"]).mean()
                 closed = (tp[row] - tp["B probe"]).mean() / gap if gap else float("nan")
                 lines.append(f"\nShare of the probe -> B+LoRA gap closed by {row} (ratio of means): {closed:.2f}.")
-        for row, style in (("heal ftlab", "o-"), ("heal fresh", "s--")):
+        for row, style in (("heal ftlab", "o-"), ("heal fresh", "s--"), ("heal ftlab + head data", "^-")):
             cols = [c for c in heal if c.startswith(row + "@")]
             if not cols:
                 continue
             ks = [int(c.split("@")[1]) for c in cols]
             stats = [t_interval(tp[c].to_numpy()) for c in cols]
             ax.errorbar(ks, [s[0] for s in stats], yerr=[[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]],
-                        fmt=style, capsize=3, label=("from ftlab's adapter" if row == "heal ftlab" else "fresh LoRA on B"))
+                        fmt=style, capsize=3, label={"heal ftlab": "from ftlab's adapter (calibration texts only)",
+                                                     "heal fresh": "fresh LoRA on B",
+                                                     "heal ftlab + head data": "from ftlab's adapter with --head-data"}[row])
         for row, color in (("B probe", "0.5"), ("B+LoRA", "k")):
             if row in tp:
                 ax.axhline(tp[row].mean(), color=color, ls=":", label=f"{row} (mean)")
