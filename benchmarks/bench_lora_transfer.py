@@ -550,7 +550,7 @@ def summary(t) -> str:
 
 def load_table(store: Path, csv: Path | None = None):
     """The per-seed table and a line naming its source. From the store (and written to docs/lora-transfer.csv); with
-    ``csv``, that table (an earlier run's, rounded to 4 decimals, standing in for a store that is gone) with the
+    ``csv``, that table (of earlier runs, rounded to 4 decimals, standing in for stores that are gone) with the
     store's records, where there are any, filling or replacing its cells; the merged table is written back."""
     import pandas as pd
 
@@ -565,7 +565,7 @@ def load_table(store: Path, csv: Path | None = None):
     if csv is not None:
         old = pd.read_csv(csv, index_col=["pair", "seed"])
         t = old if t is None else t.combine_first(old)[sorted(set(old.columns) | set(t.columns))]
-        source = f"{csv.name} (an earlier run's per-seed table)" + (f" and {source} (they replace its cells)"
+        source = f"{csv.name} (the per-seed table of earlier runs)" + (f" and {source} (they replace its cells)"
                                                                      if records else "")
     atomic_write_text(DOCS / "lora-transfer.csv", t.round(4).to_csv())
     return t, source
