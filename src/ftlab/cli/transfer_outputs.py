@@ -87,7 +87,8 @@ def write_lora_output(out: Path, *, result, target, alpha: float, max_rank: int 
 
 #: What to try when the estimated carried share is low (appended to the note).
 LOW_ESTIMATE_ADVICE = ("to try: more calibration data (--data, --max-samples), alpha chosen on held-out data "
-                       "(search_alpha in Python; --alpha), a short heal on labelled data (--heal-steps, LoRA output), "
+                       "(search_alpha in Python; --alpha), for a new task head the task's labelled training rows "
+                       "(--head-data), "
                        "and for BatchNorm targets the statistics repair (--repair, on by default)")
 
 
