@@ -291,6 +291,11 @@ class Point:
     def ftlab_out(self) -> Path:
         return self.sdir / f"{self.a_name}-to-{self.b_name}"
 
+    @property
+    def head_data_out(self) -> Path:
+        """Where the documented command (``--head-data``) writes its adapter."""
+        return self.sdir / f"{self.a_name}-to-{self.b_name}-head-data"
+
     def calib(self) -> Path:
         """The calibration file (the first 100 training texts), written once."""
         calib = self.sdir / "calib.jsonl"
@@ -336,7 +341,7 @@ def _part_head_only(p: Point) -> list[dict]:
 def _part_head_data(p: Point) -> list[dict]:
     """The head refitted on all 1,200 labelled training texts (``--head-data``), at alpha 1 and 0."""
     train = p.train()
-    base = p.sdir / f"{p.a_name}-to-{p.b_name}-head-data"
+    base = p.head_data_out
     return [p.transferred("ftlab + head data", base, "--head-data", str(train)),
             p.transferred("ftlab + head data, head only", base.with_name(base.name + "-alpha0"), "--head-data",
                           str(train), "--alpha", "0")]
@@ -375,9 +380,8 @@ def _part_heal(p: Point) -> list[dict]:
 def _part_heal_head_data(p: Point) -> list[dict]:
     """The documented command's adapter (``--head-data``) healed the same way (added after the held-out run: an
     ftlab finding, no goal)."""
-    dest = p.sdir / f"{p.a_name}-to-{p.b_name}-head-data"
-    run_transfer(p.a, p.a_lora, p.b, p.calib(), dest, (*p.extra, "--head-data", str(p.train())))
-    return _heal(p, {"heal ftlab + head data": dest})
+    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.head_data_out, (*p.extra, "--head-data", str(p.train())))
+    return _heal(p, {"heal ftlab + head data": p.head_data_out})
 
 
 TRANSFER_PARTS = {"transfer": _part_transfer, "head only": _part_head_only, "head data": _part_head_data,
@@ -446,9 +450,14 @@ def main(argv=None) -> None:
         return
     pairs = [p.strip() for p in args.pairs.split(",")]
     store = out / ("lora-design.jsonl" if args.task == "wordnet" else "lora-transfer.jsonl")
-    seeds = SEEDS[:args.seeds] if args.seed_list is None else [int(x) for x in args.seed_list.split(",")]
+    try:
+        seeds = SEEDS[:args.seeds] if args.seed_list is None else [int(x) for x in args.seed_list.split(",")]
+    except ValueError:
+        seeds = [-1]
     if not set(seeds) <= set(SEEDS):
         raise SystemExit(f"--seed-list {args.seed_list!r}: the seeds are {SEEDS}")
+    if args.from_csv and not Path(args.from_csv).is_file():
+        raise SystemExit(f"--from-csv {args.from_csv!r}: no such file")
     if not args.report:
         points = [{"pair": pair, "seed": s, "part": part, "out": str(out),
                    **({"task_name": args.task} if args.task != "debian" else {})}
