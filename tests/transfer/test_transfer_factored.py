@@ -255,3 +255,31 @@ def test_diagnostics_from_kept_rows_equal_those_from_sums():
         for key in ("in_cka", "out_cka", "in_similarity", "out_similarity", "in_residual_fit", "out_residual_naive"):
             if key in a:
                 assert a[key] == pytest.approx(b[key], rel=1e-7, abs=1e-6), key  # sums lose ~1e-8 to cancellation
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), d_a=st.integers(6, 40), extra=st.integers(0, 20), frac=st.floats(0.05, 1.0),
+       m=st.integers(0, 3))
+def test_the_pad_truncate_step_on_the_complements_equals_the_step_on_the_fixed_directions(seed, d_a, extra, frac, m):
+    """The two ways of computing the pad/truncate step (on the span of the fixed directions, on their complements)
+    give one map and one count of unmapped directions, also where the step is singular (``m`` coordinates that A's
+    fixed directions avoid and B's contain: N sends them into B's fixed subspace)."""
+    from ftlab.transfer.factored import _naive_step, _naive_step_complement
+
+    d_b = d_a + extra
+    k = max(1, min(d_a, round(frac * d_a)))
+    m = min(m, d_a - k, k)  # A's k directions fit beside the m coordinates; B holds them among its k
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(d_a, k, generator=g, dtype=DT)
+    A[:m] = 0  # A's fixed directions avoid the first m coordinates
+    B = torch.randn(d_b, k, generator=g, dtype=DT)
+    B[:m] = 0
+    B[:, :m] = 0
+    B[:m, :m] = torch.eye(m, dtype=DT)  # B's fixed directions contain them
+    W_A, W_B = torch.linalg.qr(A)[0], torch.linalg.qr(B)[0]
+    tol = 1.5e-8
+    R1, filled1, unmapped1 = _naive_step(W_A, W_B, tol)
+    R2, filled2, unmapped2 = _naive_step_complement(W_A, W_B, tol)
+    assert (filled1, unmapped1) == (filled2, unmapped2)
+    assert unmapped2 >= m  # X^T sends each of the m coordinates to zero
+    torch.testing.assert_close(as_dense(R1), R2, atol=1e-10, rtol=0)

@@ -317,6 +317,12 @@ class CrossMoments:
     def second(self) -> bool:
         return self.a._gram is not None
 
+    @property
+    def product_dtype(self) -> torch.dtype | None:
+        """The dtype every batch's rows are cast to before their products (``batch_dtype``), or None where it
+        depends on the rows (float32 staging: float32 rows stay float32)."""
+        return self._cross.batch_dtype
+
     def update(self, a, b) -> CrossMoments:
         """Add row-aligned batches ``a`` (``(n, dim_a)``) and ``b`` (``(n, dim_b)``); returns ``self``."""
         a = _as_rows(a, self.a.dim, "a")

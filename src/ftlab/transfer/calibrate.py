@@ -142,6 +142,14 @@ def _tensors(r: Request, ca: Captured, cb: Captured) -> tuple[list, list]:
     return la, lb
 
 
+def _laid_out(x: torch.Tensor, dtype: torch.dtype | None) -> tuple[torch.Tensor, bool]:
+    """``x`` cast to ``dtype`` and made contiguous in one copy where it is a strided view (else as it is), and whether
+    the result is a fresh copy (which may then be scaled in place)."""
+    if dtype is None or x.is_contiguous():
+        return x, False
+    return x.to(dtype, memory_format=torch.contiguous_format), True
+
+
 class _Pass:
     """The state of one streaming pass: captures of both models, owners and accumulators (set on batch 0)."""
 
@@ -227,8 +235,13 @@ class _Pass:
                 raise ValueError(f"the rows of {r.tp!r} ({r.side}, {r.stat}) changed their source between calibration "
                                  "batches (a model whose graph varies per batch is not supported)")
 
-    def rows(self, r: Request, batch_a, batch_b) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Row-aligned ``(N, d_A)``, ``(N, d_B)`` of one request on the current batch (None: no rows)."""
+    def rows(self, r: Request, batch_a, batch_b, dtype: torch.dtype | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Row-aligned ``(N, d_A)``, ``(N, d_B)`` of one request on the current batch (None: no rows).
+
+        ``dtype``: the dtype the rows' products will be formed in. A strided view of the captured tensor (the
+        ``(B, positions, C)`` rows of a convolution) is then cast and laid out in one copy, instead of a copy
+        to lay it out and another to cast it (the values are the same: the cast is exact)."""
         o = self.opts
         masks = (padding_mask(batch_a, o.padding_mask), padding_mask(batch_b, o.padding_mask))
         n_samples = samples_in(batch_a)
@@ -241,9 +254,12 @@ class _Pass:
                 "batch_first", False))
             B, gb = r.pb.layer_kind.rows(xb, r.pb, r.side, seq_first=o.seq_first and not self.cb.meta.get(r.tp, {}).get(
                 "batch_first", False))
+            A, own_a = _laid_out(A, dtype)
+            B, own_b = _laid_out(B, dtype)
             if o.loss_reduction == "mean" and r.is_gradient:
                 b = n_samples if n_samples is not None else A.shape[0]
-                A, B = A * b, B * b
+                A = A.mul_(b) if own_a else A * b
+                B = B.mul_(b) if own_b else B * b
             ra, rb = align_tokens(A, B, o.seq_align, mask_a=masks[0] if tok else None, mask_b=masks[1] if tok else None,
                                   grid_a=ga, grid_b=gb, n_prefix=o.n_prefix)
             rows_a.append(ra)
@@ -256,7 +272,9 @@ class _Pass:
 
     def add(self, batch_a, batch_b, k: int) -> None:
         for key in list(self.accumulators):
-            got = self.rows(self.by_key[key], batch_a, batch_b)
+            acc = self.accumulators[key]
+            dtype = acc.product_dtype if isinstance(acc, CrossMoments) else None
+            got = self.rows(self.by_key[key], batch_a, batch_b, dtype)
             if got is not None:
                 self._update(key, got, k)
 

@@ -23,6 +23,13 @@ the factored solver returns the same map as the dense one (the rule has one answ
   ``G'_i`` is sent to ``U_i`` where it is decided and to zero where it is not; nothing is divided by a
   small singular value, so the singular case costs what the regular one does.
 
+  Where more than half of A's directions are already fixed (``2k > d_A``), the same partial polar factor
+  is cheaper on the complements: with orthonormal bases ``Q_A``, ``Q_B`` of ``range(P_A)``, ``range(P_B)``
+  (the trailing columns of complete QR factorisations of ``W_A``, ``W_B``), ``X = Q_A (Q_A^T N Q_B) Q_B^T``,
+  so one SVD of the ``(d_A - k) x (d_B - k)`` core gives it (two complete QRs and an SVD of the small core,
+  against two SVDs of ``d x k`` matrices; the map is then dense, as a correction of ``N`` would be larger).
+  Both ways give one map (property-tested, singular steps included): the rule, not the solver, fixes it.
+
 The map is kept as ``R = N + L M^T`` (:class:`LowRankMap`, ``O((d_A + d_B) k)`` numbers) and applied
 in factored form: ``R_out^T tau R_in`` costs ``O(d_out d_in k)``, never a dense ``d x d`` map.
 """
@@ -166,6 +173,24 @@ def _naive_step(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[LowRa
     return LowRankMap(left, right_), d_a - W_A.shape[1] - unmapped, unmapped
 
 
+def _naive_step_complement(W_A: torch.Tensor, W_B: torch.Tensor, tol: float) -> tuple[torch.Tensor, int, int]:
+    """The same map as :func:`_naive_step`, computed on the complements (``d_A <= d_B``): with orthonormal bases
+    ``Q_A`` of ``range(P_A)`` and ``Q_B`` of ``range(P_B)``, ``X = Q_A (Q_A^T N Q_B) Q_B^T``, so the partial polar
+    factor of ``X`` is that of the ``(d_A - k) x (d_B - k)`` core, mapped back. Cheaper than :func:`_naive_step` when
+    the ``k`` fixed directions are more than half the width (the map is then returned dense: a correction of
+    ``N`` would hold more numbers than the matrix)."""
+    d_a, k = W_A.shape
+    if k >= d_a:  # every direction of A is fixed: nothing is left to complete
+        return W_A @ W_B.T, 0, 0
+    Q_A = torch.linalg.qr(W_A, mode="complete")[0][:, k:]  # the last d - k columns of a complete QR span the complement
+    Q_B = torch.linalg.qr(W_B, mode="complete")[0][:, k:]
+    u, sig, vh = svd(Q_A.T @ Q_B[:d_a])  # Q_A^T N Q_B
+    decided = sig > tol
+    R = W_A @ W_B.T + (Q_A @ u[:, decided]) @ (vh[decided] @ Q_B.T)
+    unmapped = int((~decided).sum())  # the core has d_A - k singular values (d_A - k <= d_B - k)
+    return R, d_a - k - unmapped, unmapped
+
+
 def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, rank_tol: float, n_max: int,
                    tol_of: Callable[[str | None, float], float]
                    ) -> tuple[LowRankMap | torch.Tensor, int, torch.Tensor, list[tuple[str, int]]]:
@@ -189,6 +214,10 @@ def factored_solve(F_A: torch.Tensor, F_B: torch.Tensor, chain: Sequence, *, ran
     used: list[tuple[str, int]] = []
     for label, fac in chain:
         if fac is None:
+            if 2 * W_A.shape[1] > d_a:  # more directions fixed than left: solve on the complements
+                R_dense, filled, unmapped = _naive_step_complement(W_A, W_B, tol_of(None, 1.0))
+                used += [(label, filled)] * bool(filled) + [(UNMAPPED, unmapped)] * bool(unmapped)
+                return R_dense, r, s, used
             R, filled, unmapped = _naive_step(W_A, W_B, tol_of(None, 1.0))
             used += [(label, filled)] * bool(filled) + [(UNMAPPED, unmapped)] * bool(unmapped)
             if R.rank * (d_a + d_b) > _KEEP_FACTORED * d_a * d_b:  # the correction is larger: keep the matrix
