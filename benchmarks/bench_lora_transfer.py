@@ -657,7 +657,8 @@ def write_report(store: Path, csv: Path | None = None) -> None:
             if row not in tp or tp[row].isna().all():
                 continue
             m, lo, hi = t_interval(tp[row].to_numpy())
-            lines.append(f"| {row} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {' '.join(f'{v:.3f}' for v in tp[row])} |")
+            per_seed = " ".join("n/a" if v != v else f"{v:.3f}" for v in tp[row])  # n/a: a part not run for that seed
+            lines.append(f"| {row} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {per_seed} |")
         lines += ["", "| paired difference per seed | mean [95% interval] | goal |", "|---|---|---|"]
         for name, vals in goal_values(tp).items():
             if vals.isna().all():
