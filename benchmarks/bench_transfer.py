@@ -25,6 +25,9 @@ options each version's CLI passes).
 6. **GPU** (when CUDA is available): the ViT-B/16-sized fit with the models on the GPU.
 7. **Accuracy**: the relative error of the transferred task vector on an exact permuted copy and a
    self-transfer (a float32 OpenCLIP-style ViT), for the default and the reference path.
+8. **Solver agreement on real statistics** (today's code; the Lite pair of part 1, 1 thread): every distinct
+   map the factored solver can take, solved by both solvers; the relative Frobenius difference of the two
+   maps, at the default rank floor and at ``rank_rtol=1e-5``.
 
 Usage: ``python benchmarks/bench_transfer.py [--quick] [--parts ...] [--json FILE]`` (``--quick``: small
 sizes, the text pair only in parts 1-3, no docs written). Writes the ``transfer`` section of
@@ -570,6 +573,53 @@ def permuted_copy_errors(seed: int = 0) -> list[tuple[str, float, float]]:
     return out
 
 
+def solver_agreement(sizes: dict, rtols=(None, 1e-5)) -> dict:
+    """Part 8: ``{"maps": [...], "rtols": [...], "diff": {rtol: [relative difference per map]}}`` -- the factored and
+    the dense solve of each distinct map of the Lite pair that the factored solver can take (rows kept, the chain
+    closed by the pad/truncate map, both widths >= 256), at each rank floor."""
+    from ftlab.transfer import get_method
+    from ftlab.transfer.align import fit_map
+    from ftlab.transfer.factored import FACTORED_MIN_WIDTH, as_dense, factors_of
+
+    torch.set_num_threads(1)
+    A, _, B, batches, _ = lite_pair(sizes)
+    problem = vit_problem(A, B)
+    stats, _ = calibrate(problem, A, B, batches, False)
+    m = get_method("bico")
+    seen: dict = {}
+    for tp in problem.pairs:
+        for _, st, chain, label, name in m.solves(tp, problem.target_spec.points[tp], stats):
+            ok = (min(st.a.dim, st.b.dim) >= FACTORED_MIN_WIDTH and chain and chain[-1][1] is None
+                  and all(factors_of(x) is not None for x in [st] + [c for _, c in chain if c is not None]))
+            if ok:
+                seen.setdefault((id(st), tuple((lab, id(c)) for lab, c in chain), label), (st, chain, label, name))
+    out: dict = {"maps": [v[3] for v in seen.values()], "rtols": [str(r) for r in rtols], "diff": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for r in rtols:
+            diffs = []
+            for st, chain, label, _ in seen.values():
+                fd = fit_map(st, source=label, completion=chain, solver="dense", rank_rtol=r)
+                ff = fit_map(st, source=label, completion=chain, solver="factored", rank_rtol=r)
+                diffs.append(float(torch.linalg.norm(as_dense(ff.R) - fd.R) / torch.linalg.norm(fd.R)))
+            out["diff"][str(r)] = diffs
+    return out
+
+
+def agreement_md(ag: dict) -> list[str]:
+    lines = ["", "### Solver agreement on real statistics (EfficientNet-Lite0 -> Lite2, today's code)", "",
+             f"The {len(ag['maps'])} distinct maps of part 1 that the factored solver can take, each solved by both "
+             "solvers: how many of the two maps agree to 1e-9 relative (Frobenius), and the largest difference.", "",
+             "| rank floor | maps within 1e-9 | within 1e-6 | largest difference |", "|---|---|---|---|"]
+    for r in ag["rtols"]:
+        d = ag["diff"][r]
+        name = "default (`rank_rtol=None`: sqrt(eps_64) relative, or the precision of the sums)" if r == "None" \
+            else f"`rank_rtol={r}`"
+        lines.append(f"| {name} | {sum(x <= 1e-9 for x in d)} of {len(d)} | {sum(x <= 1e-6 for x in d)} of {len(d)} | "
+                     f"{max(d):.1e} |")
+    return lines
+
+
 # --- the report -----------------------------------------------------------------------------------------
 
 
@@ -721,6 +771,8 @@ def markdown(raw: dict, quick: bool) -> str:
                   f"{gpu['device']}: plain forward + backward {gpu['plain']:.3f} s, calibration {gpu['cal_new']:.3f} s "
                   f"({_x(gpu['cal_new'], gpu['plain'])}), all solves {gpu['solve_new']:.2f} s ({gpu['factored']} of "
                   f"{gpu['maps']} maps factored); statistics and solves stay on the device."]
+    if raw.get("agreement"):
+        parts += agreement_md(raw["agreement"])
     errors, wall = raw.get("errors", []), raw.get("wall", math.nan)
     rows_e = "\n".join(f"| {name} | {e:.1e} | {s:.1e} |" for name, e, s in errors)
     parts += ["", "### Accuracy", "", "Relative error of the transferred task vector on an exact unit-permuted copy of a "
@@ -789,7 +841,7 @@ def side_by_side(parts: set[str], quick: bool, repeat: int, raw: dict, save) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run); docs are not written")
-    ap.add_argument("--parts", default="lite,text,diagnose,vit,scaling,gpu,accuracy",
+    ap.add_argument("--parts", default="lite,text,diagnose,vit,scaling,gpu,accuracy,agreement",
                     help="comma-separated parts to run")
     ap.add_argument("--repeat", type=int, default=None,
                     help="rounds of the side-by-side parts (each version once per round; default 2, 1 with --quick)")
@@ -834,6 +886,8 @@ def main() -> None:
             raw["scaling"] = scaling_part(widths, rows, 1024 if not args.quick else 256, threads=2)
         elif part == "accuracy":
             raw["errors"] = permuted_copy_errors()
+        elif part == "agreement" and not args.quick:
+            raw["agreement"] = solver_agreement({"batches": 4, "batch": 25, "image": 64})
         else:
             continue
         save()
