@@ -556,7 +556,8 @@ def summary(t) -> str:
     from ftlab.experiments.verdicts import t_interval
 
     rows = ["A+LoRA", "B probe", "B+LoRA", "ftlab + head data", "ftlab + head data, head only", "ftlab",
-            "ftlab, head only", "naive", "copy", "heal ftlab@50", "heal ftlab + head data@50", "heal fresh@50"]
+            "ftlab, head only", "naive", "copy", "heal ftlab@50", "heal ftlab + head data@50", "heal fresh@50",
+            "heal on train, ftlab + head data@50", "heal on train, fresh@50"]
     pairs = list(t.index.unique("pair"))
     head = "| | " + " | ".join(f"{p} ({len(t.loc[p])} seeds)" for p in pairs) + " |"
     lines = [head, "|---|" + "---|" * len(pairs)]
@@ -572,9 +573,12 @@ def summary(t) -> str:
                 cells.append(f"{m:.3f}")
                 continue
             d, lo, hi = t_interval((tp[row] - tp["B probe"]).to_numpy())
-            cells.append(f"{m:.3f} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}])")
+            n = int(tp[row].notna().sum())
+            cells.append(f"{m:.3f} ({d:+.3f} [{lo:+.3f}, {hi:+.3f}])" + (f", {n} seeds" if n < len(tp) else ""))
         label = {"heal ftlab@50": "ftlab + 50 heal steps", "heal fresh@50": "fresh LoRA, 50 steps",
-                 "heal ftlab + head data@50": "ftlab + head data + 50 heal steps"}.get(row, row)
+                 "heal ftlab + head data@50": "ftlab + head data + 50 heal steps",
+                 "heal on train, ftlab + head data@50": "ftlab + head data + 50 steps on the training texts",
+                 "heal on train, fresh@50": "fresh LoRA, 50 steps on the training texts"}.get(row, row)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
