@@ -152,3 +152,49 @@ def test_calibration_data_reads_a_one_shot_iterator_once_and_replays_its_head():
     assert list(two) == [(1, 3), (2, 4)] and two.total == 2
     with pytest.raises(ValueError, match="source_batches has 2 batches but target_batches has 3"):
         CalibrationData(source_batches=[1, 2], target_batches=[1, 2, 3])
+
+
+class ConvNet(nn.Module):
+    """Two convolutions (3x3, then 1x1) on images: their rows are strided views of channels-first tensors."""
+
+    def __init__(self, c, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.c1, self.c2 = nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(c, 4, 1)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.c2(torch.tanh(self.c1(x)))).mean((2, 3)))
+
+
+def test_conv_rows_stream_as_exact_float64_sums_of_the_float32_rows():
+    """The strided conv rows of float32 models, cast and laid out in one copy and scaled in place by the batch size:
+    the streamed cross-covariances equal float64 products of the rows formed by hand (per position, channels last)."""
+    A, B = ConvNet(5, 0), ConvNet(6, 1)
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(3, 3, 6, 6, generator=g), torch.randint(0, 2, (3,), generator=g)) for _ in range(2)]
+
+    def loss(m, b):
+        return nn.functional.cross_entropy(m(b[0]), b[1])
+
+    problem = _problem(A, B)
+    bico = get_method("bico")
+    reqs = {tp: bico.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
+    stats, _ = collect_map_statistics(problem, reqs, A, B, CalibrationData(data), loss, TransferOptions())
+
+    def by_hand(model):
+        act, grad = [], []
+        for x, y in data:
+            h = model.c1(x).detach().requires_grad_(True)
+            out = model.out(torch.tanh(model.c2(torch.tanh(h))).mean((2, 3)))
+            gh = torch.autograd.grad(nn.functional.cross_entropy(out, y), h)[0] * x.shape[0]
+            cols = nn.functional.unfold(x, 3, padding=1).transpose(1, 2)  # (B, positions, 3 * 3 * 3)
+            act.append(cols.reshape(-1, cols.shape[-1]).double())
+            grad.append(gh.flatten(2).transpose(1, 2).reshape(-1, gh.shape[1]).double())
+        return torch.cat(act), torch.cat(grad)
+
+    (xa, ga), (xb, gb) = by_hand(A), by_hand(B)
+    # float64 products of the float32 rows: equal to float64 rounding (the sums are ordered differently)
+    torch.testing.assert_close(stats[("c1", "in", "act")].cross, xa.T @ xb, rtol=1e-12, atol=1e-12)
+    # gradients times the batch size (ftlab scales the float64 copy, this the float32 rows: equal to float32 rounding)
+    torch.testing.assert_close(stats[("c1", "out", "grad")].cross, ga.T @ gb, rtol=1e-6, atol=1e-9)
