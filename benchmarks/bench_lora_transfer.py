@@ -28,7 +28,11 @@ Per pair (source base A -> target base B) and seed, the rows are:
 * ``heal k``: ftlab's adapter after k steps of LoRA training on the 100 calibration texts (AdamW 1e-3, batch 16,
   ``ftlab.transfer.heal``), against a fresh LoRA on B trained the same k steps on the same texts;
   ``heal ftlab + head data k``: the ``ftlab + head data`` adapter healed the same way (part ``heal head data``, added
-  after the held-out run: an ftlab finding, judged by no goal).
+  after the held-out run: an ftlab finding, judged by no goal);
+* ``heal on train, ... k`` (part ``heal train``, a second recipe added after the first missed, its goal fixed in
+  ``GOALS`` before its runs): the ``ftlab + head data`` adapter and a fresh LoRA healed k steps on all 1,200
+  labelled training texts (the ``--head-data`` file), same optimiser, rate and batch; part ``heal train nodrop``:
+  the same with B's dropout off while it trains (a finding, no goal).
 
 Store: ``<out>/lora-transfer.jsonl`` (one line per pair, seed and part; a killed run resumes), trained adapters
 under ``<out>/lora-work``. The report writes docs/lora-transfer.csv, the generated block of docs/lora-transfer.md and
@@ -69,7 +73,8 @@ PAIRS = {
     "MiniLM-L6 -> MPNet": ("minilm-l6", "mpnet", ("query", "value"), ("q", "v"), ("--seq-align", "mean")),
 }
 HF_CLASS = "AutoModelForSequenceClassification"
-PARTS = ("source", "probe", "direct", "transfer", "heal", "head only", "head data", "heal head data", "heal train")
+PARTS = ("source", "probe", "direct", "transfer", "heal", "head only", "head data", "heal head data", "heal train",
+         "heal train nodrop")
 
 
 # ------------------------------------------------------------------------------------------------ data and models
@@ -347,9 +352,9 @@ def _part_head_data(p: Point) -> list[dict]:
                           str(train), "--alpha", "0")]
 
 
-def _heal(p: Point, starts: dict[str, Path], rows: str = "calib") -> list[dict]:
+def _heal(p: Point, starts: dict[str, Path], rows: str = "calib", dropout: bool = True) -> list[dict]:
     """Each adapter of ``starts`` (row name -> folder) healed k steps on the texts ``p.data[rows]`` (the calibration
-    texts, or ``"train"``: all labelled training texts), scored at HEAL_STEPS."""
+    texts, or ``"train"``: all labelled training texts), with B's dropout on or off, scored at HEAL_STEPS."""
     from ftlab.transfer.heal import HealRecipe, heal_adapter
 
     recs: list[dict] = []
@@ -361,7 +366,7 @@ def _heal(p: Point, starts: dict[str, Path], rows: str = "calib") -> list[dict]:
                 recs.append({"row": row, "steps": step, "acc": test_accuracy(model, tok_b, p.data["test"])})
 
         heal_adapter(load_task_model(p.b, p.k, p.seed + 1000), start, train, lambda m, bt: m(**bt).loss,
-                     HealRecipe(steps=max(HEAL_STEPS), lr=LR, seed=p.seed), callback=record)
+                     HealRecipe(steps=max(HEAL_STEPS), lr=LR, seed=p.seed, dropout=dropout), callback=record)
     return recs
 
 
@@ -399,8 +404,17 @@ def _part_heal_train(p: Point) -> list[dict]:
                  rows="train")
 
 
+def _part_heal_train_nodrop(p: Point) -> list[dict]:
+    """The ``heal train`` recipe with B's dropout off while it trains (``HealRecipe(dropout=False)``; ftlab's finding,
+    no goal: tried after a tiny model's heal raised its own training loss with dropout on and not with it off)."""
+    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.head_data_out, (*p.extra, "--head-data", str(p.train())))
+    return _heal(p, {"heal on train without dropout, ftlab + head data": p.head_data_out}, rows="train",
+                 dropout=False)
+
+
 TRANSFER_PARTS = {"transfer": _part_transfer, "head only": _part_head_only, "head data": _part_head_data,
-                  "heal": _part_heal, "heal head data": _part_heal_head_data, "heal train": _part_heal_train}
+                  "heal": _part_heal, "heal head data": _part_heal_head_data, "heal train": _part_heal_train,
+                  "heal train nodrop": _part_heal_train_nodrop}
 
 
 def run_point(pair: str, seed: int, part: str, sections: tuple[str, ...] = SECTIONS, out: str = "",
@@ -614,6 +628,7 @@ HEAL_FIGURES = {
         ("heal ftlab + head data", "^-", "from ftlab's adapter with --head-data"))),
     "lora-heal-train.png": ("LoRA steps on the 1,200 training texts (the --head-data file)", (
         ("heal on train, ftlab + head data", "^-", "from ftlab's adapter with --head-data"),
+        ("heal on train without dropout, ftlab + head data", "v:", "the same, B's dropout off"),
         ("heal on train, fresh", "s--", "fresh LoRA on B"))),
 }
 
@@ -686,7 +701,10 @@ def write_report(store: Path, csv: Path | None = None) -> None:
                             "texts, from the adapter vs from a fresh LoRA)",
                             ("heal on train, ftlab + head data@50", "heal on train, fresh@50")),
                            ("heal on train, ftlab + head data@50 - ftlab + head data (what the 50 steps add to it)",
-                            ("heal on train, ftlab + head data@50", "ftlab + head data"))):
+                            ("heal on train, ftlab + head data@50", "ftlab + head data")),
+                           ("heal on train without dropout@50 - with dropout@50 (B's dropout off while it trains)",
+                            ("heal on train without dropout, ftlab + head data@50",
+                             "heal on train, ftlab + head data@50"))):
             if set(cols) <= set(tp) and not (tp[cols[0]] - tp[cols[1]]).isna().all():
                 m, lo, hi = t_interval((tp[cols[0]] - tp[cols[1]]).to_numpy())
                 lines.append(f"| {name} | {m:+.3f} [{lo:+.3f}, {hi:+.3f}] | (ftlab's finding, no goal) |")

@@ -165,6 +165,26 @@ def test_the_heal_trains_the_written_adapter_and_lowers_its_calibration_loss(fol
     assert code == 2 and len(err) == 1 and "--heal-steps" in err[0] and not Path("bad").exists(), err
 
 
+def test_with_head_data_the_heal_trains_on_its_rows_unless_told_otherwise(folders, capsys):
+    """--heal-data auto heals on the --head-data rows when they are given (the report says which rows, and how many
+    batches); --heal-data data heals on the calibration file; head-data without --head-data is refused."""
+    _texts(Path("head.jsonl"), n=40, seed=5)
+    _run(capsys, "--head-data", "head.jsonl", out="plain_h")
+    _, err = _run(capsys, "--head-data", "head.jsonl", "--heal-steps", "20", "--heal-lr", "1e-2", out="healed_h")
+    heal = json.loads(Path("healed_h/report.json").read_text())["adapter"]["heal"]
+    assert (heal["data"], heal["batches"]) == ("head-data", 2)  # 40 rows in batches of 32
+    assert any(not torch.equal(a, b) for a, b in zip(_factors("plain_h").values(), _factors("healed_h").values()))
+    _run(capsys, "--head-data", "head.jsonl", "--heal-steps", "20", "--heal-lr", "1e-2", "--heal-data", "data",
+         out="healed_d")
+    heal = json.loads(Path("healed_d/report.json").read_text())["adapter"]["heal"]
+    assert (heal["data"], heal["batches"]) == ("data", 1)  # the 24 calibration texts
+    assert any(not torch.equal(a, b) for a, b in zip(_factors("healed_h").values(), _factors("healed_d").values()))
+    code, _, err = _cli(capsys, "transfer", "--source-base", "minilm", "--source-finetuned", "minilm-lora",
+                        "--target-base", "wide", "--hf-class", "BertForSequenceClassification", "--data",
+                        "texts.jsonl", "--heal-steps", "5", "--heal-data", "head-data", "--out", "bad")
+    assert code == 2 and len(err) == 1 and "--heal-data head-data" in err[0] and not Path("bad").exists(), err
+
+
 def test_the_rank_note_names_what_to_do(folders, capsys):
     _, err = _run(capsys)
     notes = [ln for ln in err if "note:" in ln]

@@ -156,10 +156,13 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Scale of the transported task vector, in "
               "every output form (a LoRA output holds alpha tau_B, its modules_to_save base + alpha delta).")
 @click.option("--heal-steps", type=int, default=0, show_default=True, help="LoRA output: train the written adapter "
-              "this many steps on the labelled calibration data (cycled in order; ftlab's short heal, "
-              "ftlab.transfer.heal); 0: no training. On a held-out text task, 50 steps on 100 calibration texts "
-              "lowered the adapters (docs/lora-transfer.md): prefer --head-data.")
+              "this many steps on labelled rows (--heal-data; cycled in order; ftlab's short heal, "
+              "ftlab.transfer.heal); 0: no training. On a held-out text task, 50 steps on the 100 calibration "
+              "texts lowered the adapters (docs/lora-transfer.md): heal on the --head-data rows, or not at all.")
 @click.option("--heal-lr", type=float, default=1e-3, show_default=True, help="Learning rate of the heal (AdamW).")
+@click.option("--heal-data", type=click.Choice(["auto", "data", "head-data"]), default="auto", show_default=True,
+              help="Rows the heal trains on: data (the calibration file), head-data (the --head-data file) or auto "
+                   "(head-data when --head-data is given, else data).")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Rows per calibration batch.")
 @click.option("--max-batches", type=int, default=None, help="Use at most this many calibration batches.")
 @click.option("--out-format", type=click.Choice(["full", "lora"]), default=None,
@@ -236,6 +239,7 @@ def transfer(**a):
     opts = build_options(a, a["options_from"])
     if a["head_data"] is not None and a["data"] is None:
         raise ValueError("--head-data refits a new task head beside a calibrated transfer: give --data too")
+    a["heal_data"] = heal_rows(a["heal_data"], a["head_data"] is not None)  # "data" or "head-data" from here on
     if a["diagnose_only"] and m.calibration != "maps":
         raise ValueError(f"--diagnose needs a method that fits maps (e.g. bico), not {a['method']}")
     from ftlab.core.results import check_output_place, output_lock
@@ -339,9 +343,11 @@ def _run(a: dict, m, opts) -> None:
     report = {"ftlab_version": __version__, "inputs": inputs, "alpha": a["alpha"], "out_format": fmt, **res.report(),
               "diagnostic": rule.record() if rule else None, "rank_notes": notes,
               "total_time_s": time.perf_counter() - t0}
-    heal_batches = [bb for _, bb in CalibrationData(**{k: v for k, v in kw.items() if k != "head_batches"})] \
-        if a["heal_steps"] else []
-    files, extra = _write(a, fmt, res, B, report, (heal_batches, loss))
+    heal_batches: list = []
+    if a["heal_steps"]:
+        heal_batches = list(kw["head_batches"]) if a["heal_data"] == "head-data" else \
+            [bb for _, bb in CalibrationData(**{k: v for k, v in kw.items() if k != "head_batches"})]
+    files, extra = _write(a, fmt, res, B, report, (heal_batches, loss, a["heal_data"]))
     click.echo(f"ftlab transfer: {m.name}, {res.n_batches} calibration batches, ||tau_A|| = "
                f"{res.source_norms['total']:.4g}, ||tau_B|| = {res.task_vector.norm():.4g}, alpha = {a['alpha']:g}"
                f"{extra}; wrote {out}/{', '.join(files)}")
@@ -376,9 +382,19 @@ def _load_models(a: dict, opts):
     return A, A_ft, B, with_fresh_heads(opts, loaded, B)
 
 
-def _write(a: dict, fmt: str, res, B, report: dict, heal: tuple[list, object]) -> tuple[list[str], str]:
+def heal_rows(choice: str, has_head_data: bool) -> str:
+    """The rows ``--heal-data`` names: ``"data"`` or ``"head-data"`` (``auto``: the --head-data rows when given)."""
+    if choice == "head-data" and not has_head_data:
+        raise ValueError("--heal-data head-data heals on the --head-data rows: give --head-data too")
+    if choice == "auto":
+        return "head-data" if has_head_data else "data"
+    return choice
+
+
+def _write(a: dict, fmt: str, res, B, report: dict, heal: tuple[list, object, str]) -> tuple[list[str], str]:
     """Write ``--out`` in form ``fmt`` (``B`` is changed in place for the full form); returns the file names and
-    the summary's tail. ``heal``: the target's calibration batches and the loss (used with ``--heal-steps``)."""
+    the summary's tail. ``heal``: the target's batches to heal on, the loss and which rows they are (``data`` or
+    ``head-data``; used with ``--heal-steps``)."""
     import torch
 
     from ftlab.core.progress import stage
@@ -386,13 +402,14 @@ def _write(a: dict, fmt: str, res, B, report: dict, heal: tuple[list, object]) -
 
     target_folder = a["target_base"] if Path(a["target_base"]).is_dir() else None
     if fmt == "lora":
-        recipe = (HealRecipe(a["heal_steps"], lr=a["heal_lr"]), heal[0], heal[1]) if a["heal_steps"] else None
+        recipe = (HealRecipe(a["heal_steps"], lr=a["heal_lr"]), heal[0], heal[1], heal[2]) if a["heal_steps"] \
+            else None
         files, lora = write_lora_output(Path(a["out_dir"]), result=res, target=B, alpha=a["alpha"],
                                         max_rank=a["lora_rank"], report=report, target_folder=target_folder,
                                         heal=recipe)
         worst = max((mm["truncation_error"] for mm in lora["modules"].values()), default=0.0)
         return files, (f", adapter rank {lora['rank']} (largest truncation error {worst:.1e})"
-                       + (f", healed {a['heal_steps']} steps" if recipe else ""))
+                       + (f", healed {a['heal_steps']} steps on the {heal[2]} rows" if recipe else ""))
     model = res.task_vector.apply_(B, a["alpha"])  # B was loaded here, so in place is safe
     extra = ""
     if res.repair is not None and a["alpha"] != 0:

@@ -61,7 +61,7 @@ def write_lora_output(out: Path, *, result, target, alpha: float, max_rank: int 
                       target_folder: str | None, heal=None) -> tuple[list[str], dict]:
     """A PEFT LoRA adapter for the target that computes ``result.model(target, alpha)``
     (:func:`ftlab.transfer.adapters.write_transfer_adapter`: ``alpha tau_B``, repaired statistics, new heads),
-    healed when ``heal = (recipe, target batches, loss)`` is given (:mod:`ftlab.transfer.heal`), the target's
+    healed when ``heal = (recipe, target batches, loss, which rows)`` is given (:mod:`ftlab.transfer.heal`), the target's
     tokenizer files and ``report.json`` with each module's rank and truncation error; returns the names and the
     adapter report."""
     from ftlab.core.progress import stage as stage_line
@@ -75,11 +75,11 @@ def write_lora_output(out: Path, *, result, target, alpha: float, max_rank: int 
         if heal is not None:
             from ftlab.transfer.heal import heal_adapter, save_healed
 
-            recipe, batches, loss = heal
+            recipe, batches, loss, rows = heal
             with stage_line(f"healing ({recipe.steps} steps)"):
                 save_healed(heal_adapter(target, stage, batches, loss, recipe), stage)
             lora["heal"] = {"steps": recipe.steps, "lr": recipe.lr, "optimizer": recipe.optimizer,
-                            "batches": len(batches)}
+                            "batches": len(batches), "data": rows}
         files = ["adapter_config.json", "adapter_model.safetensors", *_copy_tokenizer(target_folder, stage)]
         save_json(stage / "report.json", {**report, "adapter": lora, "files": files + ["report.json"]})
     return files + ["report.json"], lora

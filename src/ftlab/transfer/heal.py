@@ -30,7 +30,9 @@ __all__ = ["HealRecipe", "fresh_lora", "heal_adapter", "save_healed"]
 @dataclass(frozen=True)
 class HealRecipe:
     """How to heal: ``steps`` optimizer steps (0 = none), ``lr``, ``weight_decay``, ``optimizer``
-    (``"adamw"`` or ``"sgd"`` with momentum 0.9), ``clip`` (max global gradient norm, 0 = none), ``seed``."""
+    (``"adamw"`` or ``"sgd"`` with momentum 0.9), ``clip`` (max global gradient norm, 0 = none), ``seed``,
+    ``dropout``: train with the model's dropout active (True, as LoRA training usually runs) or off (False: every
+    module in eval mode while it trains). Running normalisation statistics stay frozen either way."""
 
     steps: int
     lr: float = 1e-3
@@ -38,6 +40,7 @@ class HealRecipe:
     optimizer: str = "adamw"
     clip: float = 1.0
     seed: int = 0
+    dropout: bool = True
 
     def __post_init__(self) -> None:
         from ftlab.core.validate import check_choice, check_int, check_nonnegative, check_positive
@@ -47,6 +50,8 @@ class HealRecipe:
         check_nonnegative("weight_decay", self.weight_decay)
         check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
         check_nonnegative("clip", self.clip)
+        if not isinstance(self.dropout, bool):
+            raise ValueError(f"dropout={self.dropout!r} is invalid: must be true or false")
 
 
 def _peft():
@@ -57,9 +62,14 @@ def _peft():
     return peft
 
 
-def _train_mode(model: nn.Module) -> None:
+def _train_mode(model: nn.Module, dropout: bool = True) -> None:
+    """Training mode for a heal: running normalisation statistics frozen; dropout on, or (``dropout=False``) every
+    module in eval mode."""
     from ftlab.transfer.repair import running_norms
 
+    if not dropout:
+        model.eval()
+        return
     model.train()
     for mod in running_norms(model).values():
         mod.eval()
@@ -95,7 +105,7 @@ def heal_adapter(target: nn.Module, adapter: str | os.PathLike, batches: Sequenc
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
         for step in range(recipe.steps):
-            _train_mode(model)
+            _train_mode(model, recipe.dropout)
             value = loss(model, batches[step % len(batches)])
             if not torch.isfinite(value.detach()):
                 raise ValueError(f"heal: the loss is not finite at step {step + 1} ({float(value.detach())}); lower the "
