@@ -157,8 +157,9 @@ def parse_method_options(items: tuple[str, ...]) -> dict:
               "every output form (a LoRA output holds alpha tau_B, its modules_to_save base + alpha delta).")
 @click.option("--heal-steps", type=int, default=0, show_default=True, help="LoRA output: train the written adapter "
               "this many steps on labelled rows (--heal-data; cycled in order; ftlab's short heal, "
-              "ftlab.transfer.heal); 0: no training. On a held-out text task, 50 steps on the 100 calibration "
-              "texts lowered the adapters (docs/lora-transfer.md): heal on the --head-data rows, or not at all.")
+              "ftlab.transfer.heal); 0: no training. On a held-out text task 50 steps lowered the adapter on "
+              "the 100 calibration texts and did not raise it on the 1,200 training texts (docs/lora-transfer.md): "
+              "judge a healed adapter on held-out data.")
 @click.option("--heal-lr", type=float, default=1e-3, show_default=True, help="Learning rate of the heal (AdamW).")
 @click.option("--heal-data", type=click.Choice(["auto", "data", "head-data"]), default="auto", show_default=True,
               help="Rows the heal trains on: data (the calibration file), head-data (the --head-data file) or auto "
