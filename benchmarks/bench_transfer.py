@@ -742,7 +742,7 @@ def markdown(raw: dict, quick: bool) -> str:
                   f"| plain forward + backward, both models | {p:.2f} s | | |",
                   f"| calibration | {vit['cal_ref']:.2f} s ({_x(vit['cal_ref'], p)}) | {vit['cal_new']:.2f} s "
                   f"(**{_x(vit['cal_new'], p)}**) | <= 1.6x: {_goal(vit['cal_new'] / p, 1.6)} |",
-                  f"| all solves ({vit['maps']} maps; {vit['factored']} factored by default) | "
+                  f"| all solves ({vit['maps']} maps; {vit['factored']} kept as low-rank maps) | "
                   f"{vit.get('solve_ref', math.nan):.1f} s (per distinct map, times its count) | {vit['solve_new']:.1f} s "
                   f"(**{100 * vit['solve_new'] / vit.get('solve_ref', math.nan):.1f}%** of the reference) | <= 25 s: "
                   f"{_goal(vit['solve_new'], 25.0)} |"]
@@ -770,7 +770,7 @@ def markdown(raw: dict, quick: bool) -> str:
         parts += ["", "### On the GPU", "", f"ViT-B/16-sized, {gpu['rows']} token rows, models and batches on "
                   f"{gpu['device']}: plain forward + backward {gpu['plain']:.3f} s, calibration {gpu['cal_new']:.3f} s "
                   f"({_x(gpu['cal_new'], gpu['plain'])}), all solves {gpu['solve_new']:.2f} s ({gpu['factored']} of "
-                  f"{gpu['maps']} maps factored); statistics and solves stay on the device."]
+                  f"{gpu['maps']} maps kept as low-rank maps); statistics and solves stay on the device."]
     if raw.get("agreement"):
         parts += agreement_md(raw["agreement"])
     errors, wall = raw.get("errors", []), raw.get("wall", math.nan)
