@@ -89,18 +89,24 @@ def _problem(A, B):
     return TransferProblem(lmap, target_entries(B), sa, sb, pair_points(sa, sb, lmap))
 
 
+def _ce(m, b):
+    return nn.functional.cross_entropy(m(b[0]), b[1])
+
+
+def _bico_statistics(A, B, data):
+    """The statistics BiCo's maps read, streamed over ``data`` with the cross-entropy loss, and the batch count."""
+    problem = _problem(A, B)
+    bico = get_method("bico")
+    reqs = {tp: bico.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
+    return collect_map_statistics(problem, reqs, A, B, CalibrationData(data), _ce, TransferOptions())
+
+
 def test_streamed_statistics_equal_a_one_shot_computation_and_shared_rows_share_one_accumulator():
     A, B = TwoHeads(6, 0).double(), TwoHeads(7, 1).double()
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(9, 5, generator=g, dtype=DT), torch.randint(0, 2, (9,), generator=g)) for _ in range(3)]
 
-    def loss(m, b):
-        return nn.functional.cross_entropy(m(b[0]), b[1])
-
-    problem = _problem(A, B)
-    bico = get_method("bico")
-    reqs = {tp: bico.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
-    stats, n = collect_map_statistics(problem, reqs, A, B, CalibrationData(data), loss, TransferOptions())
+    stats, n = _bico_statistics(A, B, data)
     assert n == 3
     X = torch.cat([x for x, _ in data])
     assert torch.allclose(stats[("a", "in", "act")].cross, X.T @ X, rtol=1e-12, atol=1e-12)
@@ -174,13 +180,7 @@ def test_conv_rows_stream_as_exact_float64_sums_of_the_float32_rows():
     g = torch.Generator().manual_seed(4)
     data = [(torch.randn(3, 3, 6, 6, generator=g), torch.randint(0, 2, (3,), generator=g)) for _ in range(2)]
 
-    def loss(m, b):
-        return nn.functional.cross_entropy(m(b[0]), b[1])
-
-    problem = _problem(A, B)
-    bico = get_method("bico")
-    reqs = {tp: bico.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
-    stats, _ = collect_map_statistics(problem, reqs, A, B, CalibrationData(data), loss, TransferOptions())
+    stats, _ = _bico_statistics(A, B, data)
 
     def by_hand(model):
         act, grad = [], []
