@@ -32,7 +32,8 @@ Per pair (source base A -> target base B) and seed, the rows are:
 * ``heal on train, ... k`` (part ``heal train``, a second recipe added after the first missed, its goal fixed in
   ``GOALS`` before its runs): the ``ftlab + head data`` adapter and a fresh LoRA healed k steps on all 1,200
   labelled training texts (the ``--head-data`` file), same optimiser, rate and batch; part ``heal train nodrop``:
-  the same with B's dropout off while it trains (a finding, no goal).
+  the same with B's dropout off while it trains, part ``heal train low lr``: the same at lr 1e-4 (findings, no
+  goal).
 
 Store: ``<out>/lora-transfer.jsonl`` (one line per pair, seed and part; a killed run resumes), trained adapters
 under ``<out>/lora-work``. The report writes docs/lora-transfer.csv, the generated block of docs/lora-transfer.md and
