@@ -302,6 +302,12 @@ class Point:
         """Where the documented command (``--head-data``) writes its adapter."""
         return self.sdir / f"{self.a_name}-to-{self.b_name}-head-data"
 
+    def head_data_adapter(self) -> Path:
+        """The documented command's adapter (``--head-data``), written once (``run_transfer`` keeps a finished one)."""
+        run_transfer(self.a, self.a_lora, self.b, self.calib(), self.head_data_out,
+                     (*self.extra, "--head-data", str(self.train())))
+        return self.head_data_out
+
     def calib(self) -> Path:
         """The calibration file (the first 100 training texts), written once."""
         calib = self.sdir / "calib.jsonl"
@@ -392,7 +398,7 @@ def _part_heal(p: Point) -> list[dict]:
 def _part_heal_head_data(p: Point) -> list[dict]:
     """The documented command's adapter (``--head-data``) healed the same way (added after the held-out run: an
     ftlab finding, no goal)."""
-    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.head_data_out, (*p.extra, "--head-data", str(p.train())))
+    p.head_data_adapter()
     return _heal(p, {"heal ftlab + head data": p.head_data_out})
 
 
@@ -400,7 +406,7 @@ def _part_heal_train(p: Point) -> list[dict]:
     """The documented command's adapter (``--head-data``) healed k steps on the texts it was given as head data (all
     labelled training texts), against a fresh LoRA on B trained the same k steps on them (a second heal recipe, added
     after the held-out run of the others; designed on the WordNet task before its Debian run)."""
-    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.head_data_out, (*p.extra, "--head-data", str(p.train())))
+    p.head_data_adapter()
     return _heal(p, {"heal on train, ftlab + head data": p.head_data_out, "heal on train, fresh": _fresh(p)},
                  rows="train")
 
@@ -408,7 +414,7 @@ def _part_heal_train(p: Point) -> list[dict]:
 def _part_heal_train_nodrop(p: Point) -> list[dict]:
     """The ``heal train`` recipe with B's dropout off while it trains (``HealRecipe(dropout=False)``; ftlab's finding,
     no goal: tried after a tiny model's heal raised its own training loss with dropout on and not with it off)."""
-    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.head_data_out, (*p.extra, "--head-data", str(p.train())))
+    p.head_data_adapter()
     return _heal(p, {"heal on train without dropout, ftlab + head data": p.head_data_out}, rows="train",
                  dropout=False)
 
@@ -416,7 +422,7 @@ def _part_heal_train_nodrop(p: Point) -> list[dict]:
 def _part_heal_train_low_lr(p: Point) -> list[dict]:
     """The ``heal train`` recipe at a tenth of the rate (1e-4; ftlab's finding, no goal: tried on the held-out task
     after the heal at 1e-3 lowered the MPNet adapter in its first steps)."""
-    run_transfer(p.a, p.a_lora, p.b, p.calib(), p.head_data_out, (*p.extra, "--head-data", str(p.train())))
+    p.head_data_adapter()
     return _heal(p, {"heal on train at lr 1e-4, ftlab + head data": p.head_data_out}, rows="train", lr=LR / 10)
 
 
