@@ -578,8 +578,8 @@ def solver_agreement(sizes: dict, rtols=(None, 1e-5)) -> dict:
     the dense solve of each distinct map of the Lite pair that the factored solver can take (rows kept, the chain
     closed by the pad/truncate map, both widths >= 256), at each rank floor."""
     from ftlab.transfer import get_method
-    from ftlab.transfer.align import fit_map
-    from ftlab.transfer.factored import FACTORED_MIN_WIDTH, as_dense, factors_of
+    from ftlab.transfer.align import _choose_factored, fit_map
+    from ftlab.transfer.factored import FACTORED_MIN_WIDTH, as_dense
 
     torch.set_num_threads(1)
     A, _, B, batches, _ = lite_pair(sizes)
@@ -589,9 +589,8 @@ def solver_agreement(sizes: dict, rtols=(None, 1e-5)) -> dict:
     seen: dict = {}
     for tp in problem.pairs:
         for _, st, chain, label, name in m.solves(tp, problem.target_spec.points[tp], stats):
-            ok = (min(st.a.dim, st.b.dim) >= FACTORED_MIN_WIDTH and chain and chain[-1][1] is None
-                  and all(factors_of(x) is not None for x in [st] + [c for _, c in chain if c is not None]))
-            if ok:
+            da, db = st.a.dim, st.b.dim  # the factored solver can take it: rows kept, chain closed by pad/truncate
+            if min(da, db) >= FACTORED_MIN_WIDTH and _choose_factored(st, chain, "factored", 0.0, da, db):
                 seen.setdefault((id(st), tuple((lab, id(c)) for lab, c in chain), label), (st, chain, label, name))
     out: dict = {"maps": [v[3] for v in seen.values()], "rtols": [str(r) for r in rtols], "diff": {}}
     with warnings.catch_warnings():

@@ -20,6 +20,7 @@ __all__ = [
     "check_range",
     "check_int",
     "check_choice",
+    "check_bool",
     "check_probability",
     "check_workers",
     "check_suffix",
@@ -104,6 +105,13 @@ def check_choice(name: str, value, choices: Iterable):
     choices = list(choices)
     if value not in choices:
         raise ValueError(f"{name}={_fmt(value)} is invalid: must be one of {', '.join(map(str, choices))}")
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    """Require ``value`` to be a bool (not 0/1, not a string)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={_fmt(value)} is invalid: must be true or false")
     return value
 
 

@@ -43,15 +43,14 @@ class HealRecipe:
     dropout: bool = True
 
     def __post_init__(self) -> None:
-        from ftlab.core.validate import check_choice, check_int, check_nonnegative, check_positive
+        from ftlab.core.validate import check_bool, check_choice, check_int, check_nonnegative, check_positive
 
         check_int("steps", self.steps, 0)
         check_positive("lr", self.lr)
         check_nonnegative("weight_decay", self.weight_decay)
         check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
         check_nonnegative("clip", self.clip)
-        if not isinstance(self.dropout, bool):
-            raise ValueError(f"dropout={self.dropout!r} is invalid: must be true or false")
+        check_bool("dropout", self.dropout)
 
 
 def _peft():

@@ -47,7 +47,7 @@ import torch
 
 from ftlab.core.geometry import cka_from_moments
 from ftlab.core.stats import CrossMoments, RowMoments
-from ftlab.core.validate import check_choice, check_positive, check_range
+from ftlab.core.validate import check_bool, check_choice, check_positive, check_range
 from ftlab.transfer.align import MapFit, RankWarning, SumMoments, fit_map, naive_map, procrustes_similarity
 from ftlab.transfer.methods.registry import Calibration, Requirements, Statistics, register
 from ftlab.transfer.problem import TransferProblem
@@ -90,8 +90,7 @@ class ProcrustesOptions:
         check_choice("solver", self.solver, ("auto", "dense", "factored"))
         if self.rank_rtol is not None:
             check_range("rank_rtol", self.rank_rtol, 0.0, 1.0)
-        if not isinstance(self.center, bool):
-            raise ValueError(f"center={self.center!r} is invalid: must be true or false")
+        check_bool("center", self.center)
         check_range("whiten_p", self.whiten_p, 0.0, 0.5)
         check_positive("eps", self.eps)
 
