@@ -166,3 +166,24 @@ def test_float32_product_error_stays_within_the_stated_bound(batch_dtype, flush_
     want = sum(gamma32(m) * float(torch.linalg.norm(A[i:i + m].double())) * float(torch.linalg.norm(B[i:i + m].double()))
                for i in range(0, 600, m))
     assert st.bound == pytest.approx(want, rel=1e-9)
+
+
+def test_small_float64_batches_are_gathered_then_multiplied_to_the_same_sums():
+    """Batches of fewer rows than the gather size are held (as copies owning their memory) and multiplied together:
+    the sums equal the one-shot product at every read, also between gathers."""
+    from ftlab.core import stats as st
+
+    A, B = data(n=300)
+    cm = CrossMoments(7, 5, second=True, batch_dtype=torch.float64)
+    big = torch.cat([A, torch.zeros(300, 3, dtype=torch.float64)], 1)  # rows as views of a wider tensor
+    i = 0
+    for s in [3] * 20 + [st._GATHER_ROWS + 1] + [7] * 5:
+        cm.update(big[i:i + s, :7], B[i:i + s])
+        i += s
+        held = cm._cross._gathered
+        assert all(a.untyped_storage().nbytes() == a.numel() * 8 for a, _ in held)  # no view of the wide tensor
+        if s == 3 and i == 60:  # mid-way: a read multiplies what is held
+            torch.testing.assert_close(cm.cross, A[:60].T @ B[:60], rtol=1e-12, atol=1e-12)
+    assert cm._cross._gathered_rows < st._GATHER_ROWS
+    torch.testing.assert_close(cm.cross, A[:i].T @ B[:i], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cm.a.scatter(), A[:i].T @ A[:i], rtol=1e-12, atol=1e-12)

@@ -93,20 +93,22 @@ def _ce(m, b):
     return nn.functional.cross_entropy(m(b[0]), b[1])
 
 
-def _bico_statistics(A, B, data):
+def _bico_statistics(A, B, data, **options):
     """The statistics BiCo's maps read, streamed over ``data`` with the cross-entropy loss, and the batch count."""
     problem = _problem(A, B)
     bico = get_method("bico")
     reqs = {tp: bico.requirements(problem.target_spec.points[tp]) for tp in problem.pairs}
-    return collect_map_statistics(problem, reqs, A, B, CalibrationData(data), _ce, TransferOptions())
+    return collect_map_statistics(problem, reqs, A, B, CalibrationData(data), _ce, TransferOptions(**options))
 
 
-def test_streamed_statistics_equal_a_one_shot_computation_and_shared_rows_share_one_accumulator():
+# budget 0: every batch whole; 1 byte: pieces of one sample; the default: a first piece of 2 samples, then the rest
+@pytest.mark.parametrize("budget", [0, 1, None])
+def test_streamed_statistics_equal_a_one_shot_computation_and_shared_rows_share_one_accumulator(budget):
     A, B = TwoHeads(6, 0).double(), TwoHeads(7, 1).double()
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(9, 5, generator=g, dtype=DT), torch.randint(0, 2, (9,), generator=g)) for _ in range(3)]
 
-    stats, n = _bico_statistics(A, B, data)
+    stats, n = _bico_statistics(A, B, data, **({} if budget is None else {"capture_budget": budget}))
     assert n == 3
     X = torch.cat([x for x, _ in data])
     assert torch.allclose(stats[("a", "in", "act")].cross, X.T @ X, rtol=1e-12, atol=1e-12)
@@ -198,3 +200,59 @@ def test_conv_rows_stream_as_exact_float64_sums_of_the_float32_rows():
     torch.testing.assert_close(stats[("c1", "in", "act")].cross, xa.T @ xb, rtol=1e-12, atol=1e-12)
     # gradients times the batch size (ftlab scales the float64 copy, this the float32 rows: equal to float32 rounding)
     torch.testing.assert_close(stats[("c1", "out", "grad")].cross, ga.T @ gb, rtol=1e-6, atol=1e-9)
+
+
+def _passes(model: nn.Module) -> list[int]:
+    """A list that records the number of samples of each forward pass of ``model``."""
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda m, args: seen.append(int(args[0].shape[0])))
+    return seen
+
+
+@pytest.mark.parametrize(("budget", "train", "want"), [
+    (0, False, [9, 9]),                 # no budget: every batch whole
+    (1, False, [2] + [1] * 16),         # a budget below one sample's captures: pieces of one sample after the first
+    (1e12, False, [2, 7, 9]),           # a first piece of 2 samples measures them; then whole batches fit
+    (1, True, [9, 9]),                  # train mode (batch statistics couple the samples): whole
+])
+def test_a_batch_runs_in_pieces_sized_by_the_capture_budget(budget, train, want):
+    A, B = TwoHeads(6, 0).double(), TwoHeads(7, 1).double()
+    seen = _passes(A)
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(9, 5, generator=g, dtype=DT), torch.randint(0, 2, (9,), generator=g)) for _ in range(2)]
+    _, n = _bico_statistics(A, B, data, capture_budget=budget, train_mode=train)
+    assert n == 2 and seen == want
+
+
+def test_pieces_take_the_budget_over_the_bytes_per_sample_spread_evenly():
+    from ftlab.transfer.calibrate import _Pieces
+
+    p = _Pieces(1000.0)
+    spans = p.spans(25)
+    assert next(spans) == (0, 2)
+    p.measured(2 * 110, 2)  # 110 bytes per sample: at most 9 samples per piece
+    assert list(spans) == [(2, 10), (10, 18), (18, 25)]  # 23 samples in 3 pieces of 8, 8, 7
+    assert list(p.spans(9)) == [(0, 9)]
+    p.measured(3 * 400, 3)  # the largest bytes per sample seen sizes the pieces: 2 samples each
+    assert list(p.spans(5)) == [(0, 2), (2, 4), (4, 5)]
+    assert list(_Pieces(None).spans(25)) == [None] and list(_Pieces(10.0).spans(None)) == [None]
+
+
+def test_batch_slice_cuts_the_per_sample_entries_and_keeps_the_rest():
+    import collections
+
+    from ftlab.transfer.batches import batch_slice
+
+    Pair = collections.namedtuple("Pair", "x y")
+    x, pos, t = torch.arange(12.0).reshape(4, 3), torch.arange(3).reshape(1, 3), torch.tensor(2.0)
+    got = batch_slice({"x": x, "pos": pos, "t": t, "name": "q", "p": Pair(x, [x, 1])}, 1, 3, 4)
+    assert torch.equal(got["x"], x[1:3]) and got["x"].data_ptr() == x[1].data_ptr()  # a view
+    assert got["pos"] is pos and got["t"] is t and got["name"] == "q"
+    assert isinstance(got["p"], Pair) and torch.equal(got["p"].y[0], x[1:3]) and got["p"].y[1] == 1
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), True, "1e8"])
+def test_a_bad_capture_budget_is_a_one_line_error_naming_it(bad):
+    with pytest.raises(ValueError, match="capture_budget"):
+        TransferOptions(capture_budget=bad)
+    assert TransferOptions(capture_budget=0).capture_budget is None

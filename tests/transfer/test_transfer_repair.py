@@ -100,6 +100,28 @@ def test_the_repaired_output_mean_of_every_layer_equals_the_base_on_the_calibrat
     assert any((raw[k] - base[k]).abs().max() > 1e-2 for k in base)
 
 
+def test_the_recorded_moments_merged_batch_by_batch_equal_those_of_the_joined_batches():
+    """fit_repair runs the batches one at a time and merges each layer's input moments: the same means and spreads
+    as one float64 computation over all calibration inputs, with batches of unequal size."""
+    net = _cnn()
+    g = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(k, 3, 6, 6, generator=g), torch.zeros(k, dtype=torch.long)) for k in (1, 5, 2)]
+    rep = fit_repair(net, batches, mode="mean")
+    seen: dict = {}
+    hooks = [m.register_forward_pre_hook(lambda m, a, k=k: seen.setdefault(k, []).append(a[0].double()))
+             for k, m in running_norms(net).items()]
+    with torch.no_grad():
+        for x, _ in batches:  # the same float32 activations as fit_repair's (a joined batch may round differently)
+            net(x)
+    for h in hooks:
+        h.remove()
+    assert set(seen) == set(rep.reference)
+    for k, xs in seen.items():
+        x = torch.cat(xs)
+        torch.testing.assert_close(rep.reference[k].in_mean, x.mean((0, 2, 3)), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(rep.reference[k].in_std, x.std((0, 2, 3), unbiased=False), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("shape", [(37, 5, 3, 4), (11, 6), (1, 3, 2)])
 def test_channel_moments_in_float64_slices_agree_with_the_one_shot_float64_moments(monkeypatch, shape):
     g = torch.Generator().manual_seed(3)

@@ -74,11 +74,24 @@ def cross_moments_nbytes(dim_a: int, dim_b: int, *, second: bool = False, batch_
     return sum((8 + (4 if staged else 0)) * p * q for p, q in shapes)
 
 
+#: Float64 rows a product gathers before it adds them into its sums: a product of fewer rows is bound by the
+#: read and write of the whole ``p x q`` sum, so small batches (a calibration batch run in pieces, a layer with few
+#: positions) are joined first. The rows held cost ``8 (p + q)`` bytes each, far below the sum's ``8 p q``.
+_GATHER_ROWS = 128
+
+
+def _owned(x: torch.Tensor) -> torch.Tensor:
+    """``x``, or a copy of it where it is a view of a larger tensor (so that holding it holds no more memory)."""
+    return x if x.untyped_storage().nbytes() == x.numel() * x.element_size() else x.clone()
+
+
 class _Product:
     """``sum_n a_n b_n^T`` in float64, with an optional float32 staging buffer (see the module docstring).
 
     Buffers are allocated by the first product (no separate zero fill). Rows arrive already converted
     to :meth:`dtype_for` (the caller converts each batch once and reads its column sums off the same copy).
+    Float64 batches of fewer than :data:`_GATHER_ROWS` rows are gathered (copies that own their memory) and
+    multiplied together once that many have come, or when the sums are read: the same sums up to summation order.
     """
 
     def __init__(self, p: int, q: int, batch_dtype: torch.dtype | None, flush_rows: int):
@@ -90,6 +103,8 @@ class _Product:
         self._staged = 0
         self._staged_sq = (0.0, 0.0)  # squared Frobenius norms of the staged rows of each side
         self._blocks = 0  # float32 blocks added into the float64 sums
+        self._gathered: list[tuple[torch.Tensor, torch.Tensor]] = []  # float64 row blocks not yet multiplied
+        self._gathered_rows = 0
         #: machine epsilon of the coarsest product formed so far (0 before the first product)
         self.eps = 0.0
         self._bound = 0.0
@@ -110,10 +125,13 @@ class _Product:
         """Add ``a^T b`` (rows already in :meth:`dtype_for`; ``sq_a``, ``sq_b`` their squared Frobenius norms)."""
         if a.dtype == torch.float64:
             self.eps = max(self.eps, EPS64)
-            if self._total is not None:
-                self._total.addmm_(a.T, b)
-            else:
-                self._total = a.T @ b
+            if a.shape[0] >= _GATHER_ROWS and not self._gathered:
+                self._add64(a, b)
+                return
+            self._gathered.append((_owned(a), b if b is a else _owned(b)))
+            self._gathered_rows += a.shape[0]
+            if self._gathered_rows >= _GATHER_ROWS:
+                self._multiply_gathered()
             return
         self.eps = max(self.eps, torch.finfo(a.dtype).eps)
         if self._stage is None:
@@ -132,7 +150,21 @@ class _Product:
             self.flush()
         return self._bound
 
+    def _add64(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        if self._total is not None:
+            self._total.addmm_(a.T, b)
+        else:
+            self._total = a.T @ b
+
+    def _multiply_gathered(self) -> None:
+        if self._gathered:
+            blocks, self._gathered, self._gathered_rows = self._gathered, [], 0
+            a = blocks[0][0] if len(blocks) == 1 else torch.cat([x for x, _ in blocks])
+            b = blocks[0][1] if len(blocks) == 1 else torch.cat([y for _, y in blocks])
+            self._add64(a, b)
+
     def flush(self) -> torch.Tensor:
+        self._multiply_gathered()
         if self._stage is not None:
             self._add_total(self._stage)
             self._bound += gamma32(self._staged) * math.sqrt(self._staged_sq[0] * self._staged_sq[1])

@@ -393,7 +393,12 @@ def procrustes_similarity(stats: CrossMoments, center: bool = False) -> float:
         sv = torch.linalg.svdvals(C)
     except torch.linalg.LinAlgError:
         sv = svd(C.to(torch.float64))[1]
-    return float(sv.sum()) / math.sqrt(tra * trb)
+    return _at_most_one(float(sv.sum()) / math.sqrt(tra * trb))
+
+
+def _at_most_one(similarity: float) -> float:
+    """A Procrustes similarity, at most 1 (Cauchy-Schwarz): identical rows can give 1 + eps after rounding."""
+    return min(similarity, 1.0)
 
 
 def _rtol(stats, da: int, db: int, rank_rtol: float | None) -> float:
@@ -479,7 +484,7 @@ def _similarity(stats, sv: torch.Tensor, center: bool) -> float:
     if not isinstance(stats, (CrossMoments, RowMoments)):
         return math.nan
     tra, trb = _trace_sums(stats, center)
-    return float(sv.sum()) / math.sqrt(tra * trb) if tra > 0 and trb > 0 else math.nan
+    return _at_most_one(float(sv.sum()) / math.sqrt(tra * trb)) if tra > 0 and trb > 0 else math.nan
 
 
 def _factored(stats, chain, *, center: bool, rank_rtol: float | None, da: int, db: int):

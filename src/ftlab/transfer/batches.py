@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["CalibrationData", "default_forward", "padding_mask", "samples_in"]
+__all__ = ["CalibrationData", "batch_slice", "default_forward", "padding_mask", "samples_in"]
 
 
 class CalibrationData:
@@ -104,6 +104,20 @@ def samples_in(batch) -> int | None:
             if isinstance(v, torch.Tensor) and v.ndim:
                 return int(v.shape[0])
     return None
+
+
+def batch_slice(batch, start: int, stop: int, n: int) -> Any:
+    """Samples ``start:stop`` of a batch of ``n`` samples (:func:`samples_in`): every tensor whose first axis has
+    length ``n`` sliced there (a view, no copy), mappings / tuples / lists entry by entry, anything else (0-d
+    tensors, tensors of another leading size, non-tensors) as it is."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop] if batch.ndim and batch.shape[0] == n else batch
+    if isinstance(batch, Mapping):
+        return {k: batch_slice(v, start, stop, n) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        parts = [batch_slice(v, start, stop, n) for v in batch]
+        return type(batch)(*parts) if hasattr(batch, "_fields") else type(batch)(parts)  # a named tuple too
+    return batch
 
 
 def padding_mask(batch, rule) -> torch.Tensor | None:

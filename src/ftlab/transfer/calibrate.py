@@ -4,7 +4,8 @@ Steps (see :mod:`ftlab.transfer.plan` for the first):
 
 1. **plan** -- :func:`ftlab.transfer.plan.plan_calibration` (pure): requests, derived requests;
 2. **stream** -- :func:`stream`: one forward(-backward) of both frozen base models per calibration
-   batch; captured tensors become rows that are added to float64
+   batch (or per piece of one, when its captures would exceed ``TransferOptions.capture_budget``);
+   captured tensors become rows that are added to float64
    :class:`~ftlab.core.stats.CrossMoments` and dropped, so memory does not grow with the calibration
    size. On the first batch the requests whose rows are the same tensors are given one accumulator
    (:func:`ftlab.transfer.plan.share_rows`) and the accumulators' size is checked against the
@@ -21,7 +22,7 @@ be given to run the model; without it :func:`~ftlab.transfer.batches.default_for
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from ftlab.core.stats import CrossMoments, RowMoments, cross_moments_nbytes
 from ftlab.core.usercode import UserCodeError, blame
 from ftlab.core.validate import available_memory, trim_memory
 from ftlab.transfer.align import AffineMoments, align_tokens
-from ftlab.transfer.batches import CalibrationData, default_forward, padding_mask, samples_in
+from ftlab.transfer.batches import CalibrationData, batch_slice, default_forward, padding_mask, samples_in
 from ftlab.transfer.factored import FACTORED_MIN_WIDTH
 from ftlab.transfer.kinds import AffineMap, Point, token_rows
 from ftlab.transfer.options import TransferOptions
@@ -169,9 +170,10 @@ class _Pass:
                 out[key] = self.by_key[key].signature(tuple(map(id, la)), tuple(map(id, lb)))
         return out
 
-    def first_batch(self, bare: tuple[list[str], list[str]], batch_a, batch_b, total: int | None) -> None:
+    def first_batch(self, bare: tuple[list[str], list[str]], batch_a, batch_b, scale: float) -> None:
         """Decide shared rows, check bare parameters were used, choose each accumulator's storage (rows or sums),
-        check memory, then add the first batch."""
+        check memory, then add the first batch (or its first piece). ``scale``: the rows expected in all, per row of
+        this batch."""
         for who, names, cap in (("source", bare[0], self.ca), ("target", bare[1], self.cb)):
             unused = [p for p in names if param_uses(cap, p) == 0]
             if unused:
@@ -183,7 +185,7 @@ class _Pass:
         expected = {}
         for k in keys:  # rows are counted one request at a time (holding them all would double the batch's memory)
             got = self.rows(self.by_key[k], batch_a, batch_b)
-            expected[k] = (0 if got is None else got[0].shape[0]) * (total or 1)
+            expected[k] = int((0 if got is None else got[0].shape[0]) * scale)
             del got
         self.caps = self._row_caps(keys)
         kept = {k for k in keys if expected[k] < self.caps[k]}
@@ -279,6 +281,71 @@ class _Pass:
                 self._update(key, got, k)
 
 
+#: Samples in the first piece of a batch that runs in pieces: the bytes its captures take size the other pieces.
+_PROBE = 2
+
+
+def _captured_bytes(*caps: Captured) -> int:
+    """Bytes of the distinct tensor storages the captures hold (inputs, outputs and their gradients)."""
+    seen: set[int] = set()
+    total = 0
+    for cap in caps:
+        for held in (cap.inputs, cap.outputs, cap.output_grads, cap.input_grads):
+            for tensors in held.values():
+                for t in tensors:
+                    if isinstance(t, torch.Tensor):
+                        s = t.untyped_storage()
+                        if s.data_ptr() not in seen:
+                            seen.add(s.data_ptr())
+                            total += s.nbytes()
+    return total
+
+
+class _Pieces:
+    """The pieces of samples each calibration batch runs in, so that one pass's captures stay near ``budget`` bytes
+    (``TransferOptions.capture_budget``; None: every batch whole).
+
+    The first piece of the first batch that can be split holds :data:`_PROBE` samples; the bytes per sample its
+    captures took (the largest seen so far, updated by :meth:`measured`) size the rest: at most ``budget`` bytes per
+    piece, the samples left spread evenly over as few pieces as that allows, at least one sample each."""
+
+    def __init__(self, budget: float | None):
+        self.budget = budget
+        self.per_sample: float | None = None
+
+    def spans(self, n: int | None) -> Iterator[tuple[int, int] | None]:
+        """``(start, stop)`` of each piece of a batch of ``n`` samples; one ``None`` for the whole batch (no budget,
+        or a batch that cannot be split)."""
+        if n is None or self.budget is None:
+            yield None
+            return
+        start = 0
+        while start < n:
+            left = n - start
+            if self.per_sample is None:
+                m = min(left, _PROBE)
+            elif self.per_sample <= 0:
+                m = left
+            else:
+                most = max(1, int(self.budget // self.per_sample))
+                m = -(-left // -(-left // most))  # ceil(left / pieces), pieces = ceil(left / most)
+            yield start, start + m
+            start += m
+
+    def measured(self, nbytes: int, samples: int) -> None:
+        per = nbytes / max(1, samples)
+        self.per_sample = per if self.per_sample is None else max(self.per_sample, per)
+
+
+def _splittable(batch_a, batch_b, train: bool) -> int | None:
+    """The samples of a batch pair that may run in pieces: both sides hold the same count, and the models are in
+    eval mode (train-mode BatchNorm couples a batch's samples). None otherwise."""
+    if train:
+        return None
+    n = samples_in(batch_a)
+    return n if n is not None and n > 0 and samples_in(batch_b) == n else None
+
+
 def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: Iterable, loss: Callable | None,
            options: TransferOptions, quiet: tuple[Iterable[Point], Iterable[Point]] = ((), ())) -> Streamed:
     """Run both models over ``data`` (pairs ``(batch_A, batch_B)``) and accumulate the planned statistics.
@@ -290,7 +357,10 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
     With ``options.loss_reduction="mean"`` the gradient rows of a batch of ``b`` samples are multiplied
     by ``b``: a mean loss scales each sample's gradient by ``1/b``, which would otherwise let a short
     last batch dominate the gradient moments. ``options.memory_limit`` (bytes; default: the memory
-    available) bounds the accumulators' size.
+    available) bounds the accumulators' size. A batch whose captured tensors would take more than
+    ``options.capture_budget`` bytes runs in pieces of fewer samples (:class:`_Pieces`): the statistics are sums over
+    rows, so this changes them only by rounding when each sample's gradient is its own (a mean or a sum of
+    per-sample losses, eval mode).
     """
     if plan.backward and loss is None:
         raise ValueError("gradient statistics need a loss(model, batch)")
@@ -305,17 +375,26 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
             capture(source, hooks_a[0], params=hooks_a[1], quiet=quiet_a) as ca, \
             capture(target, hooks_b[0], params=hooks_b[1], quiet=quiet_b) as cb:
         state = _Pass(plan, ca, cb, options)
+        pieces = _Pieces(options.capture_budget)
         for k, (ba, bb) in enumerate(progress(data, desc="calibration", total=total)):
-            _run(source, ca, ba, loss, "source", k, backward=grad, input_grads=plan.input_grads)
-            _run(target, cb, bb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
-            if k == 0:
-                state.first_batch((hooks_a[1], hooks_b[1]), ba, bb, total)
-            else:
-                state.check_aliases()
-                state.add(ba, bb, k)
-            ca.clear()
-            cb.clear()
-            trim_memory()  # the batch's temporaries are freed: give their memory back (bounds the peak)
+            size = _splittable(ba, bb, train)
+            for span in pieces.spans(size):
+                pa, pb, share = ba, bb, 1.0
+                if span is not None and size is not None:
+                    pa, pb = batch_slice(ba, *span, size), batch_slice(bb, *span, size)
+                    share = size / (span[1] - span[0])
+                _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
+                _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
+                if span is not None:
+                    pieces.measured(_captured_bytes(ca, cb), span[1] - span[0])
+                if k == 0 and (span is None or span[0] == 0):
+                    state.first_batch((hooks_a[1], hooks_b[1]), pa, pb, share * (total or 1))
+                else:
+                    state.check_aliases()
+                    state.add(pa, pb, k)
+                ca.clear()
+                cb.clear()
+                trim_memory()  # the piece's temporaries are freed: give their memory back (bounds the peak)
             n += 1
     if n == 0:
         raise ValueError("the calibration data yielded no batches")

@@ -151,6 +151,12 @@ class TransferOptions:
                                ("vector", "diagonal"))
     memory_limit: float | None = _opt(None, "bytes the calibration statistics may take (default: the memory "
                                       "available); a larger transfer is refused before they are allocated", "float")
+    capture_budget: float | None = _opt(
+        256e6, "bytes the tensors captured by one forward-backward pass of both models may take (default 256 MB): a "
+        "calibration batch whose captures would take more runs in pieces of fewer samples, sized from the bytes per "
+        "sample its first piece of 2 samples took; the statistics are sums over rows, so they equal the whole batch's "
+        "up to rounding when the loss is a mean (loss_reduction=mean) or sum of per-sample losses; never in train "
+        "mode; 0 (None in Python): every batch whole", "float")
     statistics: Literal["auto", "dense"] = _opt(
         "auto", "how calibration statistics are kept: auto (the rows themselves for maps at least 256 wide that see "
         "fewer rows than their width: memory and solves in the cost of the rank; float64 cross-covariance sums "
@@ -194,6 +200,13 @@ class TransferOptions:
             raise ValueError(f"new_heads={self.new_heads!r} is invalid: must be a list of module-name globs or 'auto'")
         object.__setattr__(self, "new_heads", tuple(self.new_heads))
         self._check_structures()
+        cb = self.capture_budget
+        if cb is not None and (isinstance(cb, bool) or not isinstance(cb, (int, float)) or not cb >= 0
+                               or cb == float("inf")):
+            raise ValueError(f"capture_budget={cb!r} is invalid: must be a number of bytes >= 0 (0 or None: batches "
+                             "whole)")
+        if cb is not None and cb == 0:
+            object.__setattr__(self, "capture_budget", None)
         if self.memory_limit is not None and not (isinstance(self.memory_limit, (int, float)) and self.memory_limit > 0):
             raise ValueError(f"memory_limit={self.memory_limit!r} is invalid: must be a positive number of bytes")
 

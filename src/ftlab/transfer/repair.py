@@ -20,8 +20,10 @@ for a transfer (ftlab's own, not part of the BiCo paper) re-pins the target's st
 The affine parameters (gain, bias) are left as the transfer set them; the stored statistics absorb the
 difference. At ``tau = 0`` the repair is an exact no-op (the same inputs give the same means). Norm
 layers without running statistics (LayerNorm, RMSNorm, GroupNorm) need no repair and are left alone.
-Both passes read the calibration inputs of the target as one batch (their samples concatenated), so
-that the pinned statistics are exact for the whole calibration set.
+The first pass reads the target's calibration batches one at a time and merges their moments (Chan, Golub and
+LeVeque's pairwise update), so it holds no more than one batch's activations; the second reads them as one batch
+(their samples concatenated), since each layer's pin needs the moments of all inputs after the layers above it
+were pinned. The pinned statistics are exact for the whole calibration set.
 
 ``mode="none"`` turns it off. The default of :class:`~ftlab.transfer.options.TransferOptions` is
 documented there (chosen on validation data of design pairs, docs/transfer.md).
@@ -252,15 +254,30 @@ def fit_repair(target_base: nn.Module, batches: Iterable[Any], *, mode: str = "m
     if mode == "none" or not norms:
         return None
     fwd = forward or default_forward
-    inputs = concat_batches(batches)
-    ref: dict[str, _Reference] = {}
+    items = list(batches)
+    inputs = concat_batches(items)  # checks the batches join (the pin pass reads them as one) before any forward
+    moments: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}  # name -> (rows per channel, mean, sum of squares)
 
     def record(name: str, mod: Any, x: torch.Tensor) -> None:
+        n = x.numel() // x.shape[1] if x.numel() else 0
+        if n == 0:
+            return
         mean, std = _channel_moments(x)
-        w, b = _affine(mod)
-        ref[name] = _Reference(mod.running_mean.detach().double().clone(), mod.running_var.detach().double().clone(),
-                               w.clone(), b.clone(), mean, std, float(mod.eps))
+        m2 = std.square() * n
+        if name in moments:  # the pairwise update of Chan, Golub & LeVeque (1979): exact up to rounding
+            n0, mean0, m20 = moments[name]
+            delta = mean - mean0
+            total = n0 + n
+            mean, m2, n = mean0 + delta * (n / total), m20 + m2 + delta.square() * (n0 * n / total), total
+        moments[name] = (n, mean, m2)
 
     with torch.no_grad(), module_mode(target_base, train=False), _pre_hooks(norms, record):
-        fwd(target_base, inputs)
+        for batch in items:
+            fwd(target_base, batch)
+    ref: dict[str, _Reference] = {}
+    for name, (n, mean, m2) in moments.items():
+        mod = norms[name]
+        w, b = _affine(mod)
+        ref[name] = _Reference(mod.running_mean.detach().double().clone(), mod.running_var.detach().double().clone(),
+                               w.clone(), b.clone(), mean, (m2 / n).clamp_min(0).sqrt(), float(mod.eps))
     return StatisticsRepair(mode, inputs, fwd, {n: ref[n] for n in norms if n in ref}) if ref else None
