@@ -28,6 +28,9 @@ options each version's CLI passes).
 8. **Solver agreement on real statistics** (today's code; the Lite pair of part 1, 1 thread): every distinct
    map the factored solver can take, solved by both solvers; the relative Frobenius difference of the two
    maps, at the default rank floor and at ``rank_rtol=1e-5``.
+9. **Memory by stage** (today's code; the Lite pair of part 1, Linux only): one fit with whole batches
+   (``capture_budget=0``, twice) and one with the default capture budget, each in a fresh process, resident
+   memory sampled every 10 ms and attributed to ftlab's stages; the task vectors' relative differences.
 
 Usage: ``python benchmarks/bench_transfer.py [--quick] [--parts ...] [--json FILE]`` (``--quick``: small
 sizes, the text pair only in parts 1-3, no docs written). Writes the ``transfer`` section of
@@ -619,6 +622,129 @@ def agreement_md(ag: dict) -> list[str]:
     return lines
 
 
+# --- 9. memory by stage: where the Lite fit's peak is ------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    """This process's resident memory now (MB; Linux ``/proc``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS line in /proc/self/status")
+
+
+class _StageLines:
+    """A stand-in for stderr that keeps ftlab's stage lines (``ftlab: NAME: started`` / ``done in``) with the time."""
+
+    def __init__(self):
+        self.marks: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.startswith("ftlab: "):
+                self.marks.append((time.perf_counter(), line[len("ftlab: "):]))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def stages_child(job: dict) -> dict:
+    """A fresh process: one Lite fit with today's code at ``job["budget"]`` (None: the default capture budget), its
+    resident memory sampled every 10 ms and ftlab's stage lines timed; the peak of each stage, and the task vector
+    saved to ``job["save"]``."""
+    import re
+    import threading
+
+    from ftlab.core.progress import set_stage_lines
+    from ftlab.transfer import TransferOptions, fit_transfer
+
+    torch.set_num_threads(2)
+    A, A_ft, B, batches, loss = lite_pair(job["sizes"])
+    with torch.no_grad():
+        for m in (A, B):
+            loss(m, batches[0])
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append((time.perf_counter(), _rss_mb()))
+            done.wait(0.01)
+
+    lines, err = _StageLines(), sys.stderr
+    opts = TransferOptions() if job["budget"] is None else TransferOptions(capture_budget=job["budget"])
+    base = _rss_mb()
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    sys.stderr = lines  # type: ignore[assignment]
+    set_stage_lines(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = fit_transfer(A, A_ft, B, batches, loss, method="bico", options=opts)
+    finally:
+        set_stage_lines(False)
+        sys.stderr = err
+        done.set()
+        thread.join()
+    torch.save({k: v.detach().double() for k, v in res.task_vector.items()}, job["save"])
+    started: dict[str, float] = {}
+    peaks: dict[str, float] = {}
+    for t, text in lines.marks:
+        m = re.match(r"(.+?)(?: \(\d+ items\))?: (started|done in .*)$", text)
+        if not m:
+            continue
+        name = m.group(1)
+        if m.group(2) == "started":
+            started[name] = t
+        elif name in started:
+            inside = [r for ts, r in samples if started[name] <= ts <= t]
+            peaks[name] = max(inside) if inside else math.nan
+    return {"budget": job["budget"], "base_mb": base, "peaks": peaks, "peak_mb": max(r for _, r in samples),
+            "calibration_s": res.timings.get("calibration_s")}
+
+
+def stages_part(sizes: dict, tmp: Path) -> dict:
+    """Part 9: the Lite fit with whole batches (``capture_budget=0``, twice) and with the default budget, each in a
+    fresh process: the peak of each stage, and how far the task vectors lie apart (two whole-batch runs: run-to-run;
+    whole against pieces: what the pieces change)."""
+    runs = []
+    for i, budget in enumerate((0.0, None, 0.0)):
+        job = {"sizes": sizes, "budget": budget, "save": str(tmp / f"stages-{i}.pt")}
+        runs.append(child(["--stages-child", json.dumps(job)]))
+    tv = [torch.load(tmp / f"stages-{i}.pt") for i in range(3)]
+
+    def rel(a: dict, b: dict) -> float:
+        num = sum(float((a[k] - b[k]).pow(2).sum()) for k in a)
+        return (num / sum(float(x.pow(2).sum()) for x in a.values())) ** 0.5
+
+    return {"runs": runs, "sizes": sizes, "whole_vs_whole": rel(tv[0], tv[2]), "whole_vs_pieces": rel(tv[0], tv[1])}
+
+
+def stages_md(st: dict) -> list[str]:
+    names = list(dict.fromkeys(n for r in st["runs"] for n in r["peaks"]))
+    head = "| stage | " + " | ".join(("whole batches (`capture_budget=0`)", "default budget (256 MB)",
+                                       "whole batches, again")) + " |"
+    lines = ["", "### Memory by stage (EfficientNet-Lite0 -> Lite2, today's code)", "",
+             "One fit per column, each in a fresh process, resident memory sampled every 10 ms and attributed to "
+             "ftlab's stages by their start and end lines: the largest resident memory inside each stage. "
+             f"Before the fit: {st['runs'][0]['base_mb']:.0f} MB (Python, torch, both models, the batches).", "",
+             head, "|---|---|---|---|"]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join(f"{r['peaks'].get(n, math.nan):.0f} MB" for r in st["runs"]) + " |")
+    lines.append("| whole fit (largest sample) | " + " | ".join(f"**{r['peak_mb']:.0f} MB**" for r in st["runs"]) + " |")
+    lines.append("| calibration time | " + " | ".join(f"{r['calibration_s']:.2f} s" for r in st["runs"]) + " |")
+    lines += ["", f"Task vectors: two whole-batch runs differ by {st['whole_vs_whole']:.1e} relative (Frobenius); "
+              f"whole batches and pieces by {st['whole_vs_pieces']:.1e} (float32 passes on pieces of another size "
+              "round differently, and maps with directions near their rank floor amplify that)."]
+    return lines
+
+
 # --- the report -----------------------------------------------------------------------------------------
 
 
@@ -772,6 +898,8 @@ def markdown(raw: dict, quick: bool) -> str:
                   f"{gpu['maps']} maps kept as low-rank maps); statistics and solves stay on the device."]
     if raw.get("agreement"):
         parts += agreement_md(raw["agreement"])
+    if raw.get("stages"):
+        parts += stages_md(raw["stages"])
     errors, wall = raw.get("errors", []), raw.get("wall", math.nan)
     rows_e = "\n".join(f"| {name} | {e:.1e} | {s:.1e} |" for name, e, s in errors)
     parts += ["", "### Accuracy", "", "Relative error of the transferred task vector on an exact unit-permuted copy of a "
@@ -840,12 +968,13 @@ def side_by_side(parts: set[str], quick: bool, repeat: int, raw: dict, save) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run); docs are not written")
-    ap.add_argument("--parts", default="lite,text,diagnose,vit,scaling,gpu,accuracy,agreement",
+    ap.add_argument("--parts", default="lite,text,diagnose,vit,scaling,gpu,accuracy,agreement,stages",
                     help="comma-separated parts to run")
     ap.add_argument("--repeat", type=int, default=None,
                     help="rounds of the side-by-side parts (each version once per round; default 2, 1 with --quick)")
     ap.add_argument("--pair-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--scaling-child", nargs=3, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--stages-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write the raw measurements to this file")
     ap.add_argument("--docs-from", nargs="+", default=None, metavar="JSON",
                     help="write docs/benchmarks.md and the figure from the raw measurements of earlier runs (merged)")
@@ -855,6 +984,9 @@ def main() -> None:
         return
     if args.scaling_child:
         print(json.dumps(scaling_child(*args.scaling_child)))
+        return
+    if args.stages_child:
+        print(json.dumps(stages_child(json.loads(args.stages_child))))
         return
     if args.docs_from:
         print(write_docs(merged(args.docs_from)))
@@ -887,6 +1019,11 @@ def main() -> None:
             raw["errors"] = permuted_copy_errors()
         elif part == "agreement" and not args.quick:
             raw["agreement"] = solver_agreement({"batches": 4, "batch": 25, "image": 64})
+        elif part == "stages" and not args.quick and sys.platform.startswith("linux"):
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                raw["stages"] = stages_part({"batches": 4, "batch": 25, "image": 64}, Path(tmp))
         else:
             continue
         save()

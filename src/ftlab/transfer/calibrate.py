@@ -394,7 +394,7 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                     state.add(pa, pb, k)
                 ca.clear()
                 cb.clear()
-                trim_memory()  # the piece's temporaries are freed: give their memory back (bounds the peak)
+            trim_memory()  # the batch's temporaries are freed: give their memory back (bounds the peak)
             n += 1
     if n == 0:
         raise ValueError("the calibration data yielded no batches")
