@@ -209,18 +209,19 @@ def _passes(model: nn.Module) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize(("budget", "train", "want"), [
-    (0, False, [9, 9]),                 # no budget: every batch whole
-    (1, False, [2] + [1] * 16),         # a budget below one sample's captures: pieces of one sample after the first
-    (1e12, False, [2, 7, 9]),           # a first piece of 2 samples measures them; then whole batches fit
-    (1, True, [9, 9]),                  # train mode (batch statistics couple the samples): whole
+@pytest.mark.parametrize(("budget", "whole", "want"), [
+    (0, None, [9, 9]),                  # no budget: every batch whole
+    (1, None, [2] + [1] * 16),          # a budget below one sample's captures: pieces of one sample after the first
+    (1e12, None, [2, 7, 9]),            # a first piece of 2 samples measures them; then whole batches fit
+    (1, "train_mode", [9, 9]),          # train mode (batch statistics couple the samples): whole
+    (1, "seq_first", [9, 9]),           # the first axis may be a sequence: whole
 ])
-def test_a_batch_runs_in_pieces_sized_by_the_capture_budget(budget, train, want):
+def test_a_batch_runs_in_pieces_sized_by_the_capture_budget(budget, whole, want):
     A, B = TwoHeads(6, 0).double(), TwoHeads(7, 1).double()
     seen = _passes(A)
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(9, 5, generator=g, dtype=DT), torch.randint(0, 2, (9,), generator=g)) for _ in range(2)]
-    _, n = _bico_statistics(A, B, data, capture_budget=budget, train_mode=train)
+    _, n = _bico_statistics(A, B, data, capture_budget=budget, **({whole: True} if whole else {}))
     assert n == 2 and seen == want
 
 

@@ -337,10 +337,11 @@ class _Pieces:
         self.per_sample = per if self.per_sample is None else max(self.per_sample, per)
 
 
-def _splittable(batch_a, batch_b, train: bool) -> int | None:
-    """The samples of a batch pair that may run in pieces: both sides hold the same count, and the models are in
-    eval mode (train-mode BatchNorm couples a batch's samples). None otherwise."""
-    if train:
+def _splittable(batch_a, batch_b, options: TransferOptions) -> int | None:
+    """The samples of a batch pair that may run in pieces: both sides hold the same count along their first axis,
+    the models are in eval mode (train-mode BatchNorm couples a batch's samples), and tensors are batch-first
+    (``seq_first``: the first axis of an input may be its sequence). None otherwise."""
+    if options.train_mode or options.seq_first:
         return None
     n = samples_in(batch_a)
     return n if n is not None and n > 0 and samples_in(batch_b) == n else None
@@ -377,7 +378,7 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
         state = _Pass(plan, ca, cb, options)
         pieces = _Pieces(options.capture_budget)
         for k, (ba, bb) in enumerate(progress(data, desc="calibration", total=total)):
-            size = _splittable(ba, bb, train)
+            size = _splittable(ba, bb, options)
             for span in pieces.spans(size):
                 pa, pb, share = ba, bb, 1.0
                 if span is not None and size is not None:
