@@ -257,3 +257,30 @@ def test_a_bad_capture_budget_is_a_one_line_error_naming_it(bad):
     with pytest.raises(ValueError, match="capture_budget"):
         TransferOptions(capture_budget=bad)
     assert TransferOptions(capture_budget=0).capture_budget is None
+
+
+class WithToken(nn.Module):
+    """A learned token added to every sample: its embedding's output is one row per pass, its gradient the sum over
+    the pass (as a ViT's class token or position table)."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.tok, self.fc = nn.Embedding(1, 5), nn.Linear(5, 2)
+
+    def forward(self, x):
+        return self.fc(torch.tanh(x + self.tok(torch.zeros(1, dtype=torch.long))))
+
+
+def test_a_capture_that_is_not_one_per_sample_keeps_batches_whole_and_the_statistics_unchanged():
+    A, B = WithToken(0).double(), WithToken(1).double()
+    seen = _passes(A.fc)
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(9, 5, generator=g, dtype=DT), torch.randint(0, 2, (9,), generator=g)) for _ in range(2)]
+    whole, _ = _bico_statistics(A, B, data, capture_budget=0)
+    seen.clear()
+    split, _ = _bico_statistics(A, B, data, capture_budget=1)
+    assert seen == [2, 9, 9]  # the probe of 2 samples is dropped; every batch runs whole
+    for key, st in whole.items():
+        if isinstance(st, CrossMoments):
+            assert torch.equal(split[key].cross, st.cross), key

@@ -301,6 +301,17 @@ def _captured_bytes(*caps: Captured) -> int:
     return total
 
 
+def _per_sample(samples: int, *caps: Captured) -> bool:
+    """Whether every tensor the captures hold has ``samples`` as its first axis (rows that belong to samples)."""
+    for cap in caps:
+        for held in (cap.inputs, cap.outputs, cap.output_grads, cap.input_grads):
+            for tensors in held.values():
+                for t in tensors:
+                    if isinstance(t, torch.Tensor) and (t.ndim == 0 or t.shape[0] != samples):
+                        return False
+    return True
+
+
 class _Pieces:
     """The pieces of samples each calibration batch runs in, so that one pass's captures stay near ``budget`` bytes
     (``TransferOptions.capture_budget``; None: every batch whole).
@@ -386,6 +397,13 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                     share = size / (span[1] - span[0])
                 _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
                 _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
+                if span is not None and pieces.per_sample is None and not _per_sample(span[1] - span[0], ca, cb):
+                    # a captured tensor is not one per sample (a class token's or a position table's rows are one
+                    # per pass, their gradients summed over it): pieces would change the statistics, so this
+                    # probe is dropped and every batch runs whole
+                    pieces.budget, span, pa, pb, share = None, None, ba, bb, 1.0
+                    _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
+                    _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
                 if span is not None:
                     pieces.measured(_captured_bytes(ca, cb), span[1] - span[0])
                 if k == 0 and (span is None or span[0] == 0):
@@ -395,6 +413,8 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                     state.add(pa, pb, k)
                 ca.clear()
                 cb.clear()
+                if span is None:
+                    break  # the batch ran whole
             trim_memory()  # the batch's temporaries are freed: give their memory back (bounds the peak)
             n += 1
     if n == 0:

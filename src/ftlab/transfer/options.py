@@ -156,8 +156,8 @@ class TransferOptions:
         "calibration batch whose captures would take more runs in pieces of fewer samples, sized from the bytes per "
         "sample its first piece of 2 samples took; the statistics are sums over rows, so they equal the whole batch's "
         "up to rounding when the loss is a mean (loss_reduction=mean) or sum of per-sample losses; tensors whose first "
-        "axis is the sample count are cut, the rest passed whole; never in train mode or with seq_first; 0 (None in "
-        "Python): every batch whole", "float")
+        "axis is the sample count are cut, the rest passed whole; whole batches when a captured tensor is not one "
+        "per sample (a class token), in train mode or with seq_first; 0 (None in Python): every batch whole", "float")
     statistics: Literal["auto", "dense"] = _opt(
         "auto", "how calibration statistics are kept: auto (the rows themselves for maps at least 256 wide that see "
         "fewer rows than their width: memory and solves in the cost of the rank; float64 cross-covariance sums "

@@ -168,6 +168,8 @@ class StatisticsRepair:
     inputs: Any = field(repr=False)
     forward: Callable[[nn.Module, Any], Any] = field(repr=False)
     reference: Mapping[str, _Reference] = field(repr=False)
+    #: the calibration batches as given (the record pass and :meth:`drift` read them one at a time)
+    batches: tuple = field(default=(), repr=False)
 
     def apply_(self, model: nn.Module) -> dict[str, dict[str, float]]:
         """Re-pin the running statistics of ``model`` (B with a task vector applied) in place; a record per layer.
@@ -219,18 +221,11 @@ class StatisticsRepair:
     def drift(self, model: nn.Module) -> dict[str, float]:
         """Per norm layer, the RMS over channels of the shift of its input mean from base B's on the calibration
         inputs, in base B's channel standard deviations, with nothing repaired (``model`` is not changed)."""
-        out: dict[str, float] = {}
-
-        def measure(name: str, mod: nn.Module, x: torch.Tensor) -> None:
-            ref = self.reference[name]
-            mean, _ = _channel_moments(x)
-            out[name] = float(((mean - ref.in_mean) / ref.in_std.clamp_min(1e-12)).square().mean().sqrt())
-
         norms = running_norms(model)
-        with torch.no_grad(), module_mode(model, train=False), _pre_hooks(
-                {n: norms[n] for n in self.reference if n in norms}, measure):
-            self.forward(model, self.inputs)
-        return out
+        got = _merged_moments(model, {n: norms[n] for n in self.reference if n in norms},
+                              self.batches or (self.inputs,), self.forward)
+        return {name: float(((mean - self.reference[name].in_mean) / self.reference[name].in_std.clamp_min(1e-12))
+                            .square().mean().sqrt()) for name, (mean, _) in got.items()}
 
     def apply(self, model: nn.Module) -> nn.Module:
         """A repaired copy of ``model`` (the model itself is untouched)."""
@@ -254,8 +249,23 @@ def fit_repair(target_base: nn.Module, batches: Iterable[Any], *, mode: str = "m
     if mode == "none" or not norms:
         return None
     fwd = forward or default_forward
-    items = list(batches)
+    items = tuple(batches)
     inputs = concat_batches(items)  # checks the batches join (the pin pass reads them as one) before any forward
+    ref: dict[str, _Reference] = {}
+    for name, (mean, std) in _merged_moments(target_base, norms, items, fwd).items():
+        mod = norms[name]
+        w, b = _affine(mod)
+        ref[name] = _Reference(mod.running_mean.detach().double().clone(), mod.running_var.detach().double().clone(),
+                               w.clone(), b.clone(), mean, std, float(mod.eps))
+    return StatisticsRepair(mode, inputs, fwd, {n: ref[n] for n in norms if n in ref}, items) if ref else None
+
+
+def _merged_moments(model: nn.Module, norms: Mapping[str, nn.Module], batches: Iterable[Any],
+                    forward: Callable[[nn.Module, Any], Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per norm layer of ``norms``, the per-channel mean and standard deviation of its input over all ``batches``
+    (eval mode, no gradients), one batch at a time: each batch's moments merged by the pairwise update of Chan,
+    Golub & LeVeque (1979), equal to one computation over the joined batches up to rounding. Layers that saw no
+    rows are left out."""
     moments: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}  # name -> (rows per channel, mean, sum of squares)
 
     def record(name: str, mod: Any, x: torch.Tensor) -> None:
@@ -264,20 +274,14 @@ def fit_repair(target_base: nn.Module, batches: Iterable[Any], *, mode: str = "m
             return
         mean, std = _channel_moments(x)
         m2 = std.square() * n
-        if name in moments:  # the pairwise update of Chan, Golub & LeVeque (1979): exact up to rounding
+        if name in moments:
             n0, mean0, m20 = moments[name]
             delta = mean - mean0
             total = n0 + n
             mean, m2, n = mean0 + delta * (n / total), m20 + m2 + delta.square() * (n0 * n / total), total
         moments[name] = (n, mean, m2)
 
-    with torch.no_grad(), module_mode(target_base, train=False), _pre_hooks(norms, record):
-        for batch in items:
-            fwd(target_base, batch)
-    ref: dict[str, _Reference] = {}
-    for name, (n, mean, m2) in moments.items():
-        mod = norms[name]
-        w, b = _affine(mod)
-        ref[name] = _Reference(mod.running_mean.detach().double().clone(), mod.running_var.detach().double().clone(),
-                               w.clone(), b.clone(), mean, (m2 / n).clamp_min(0).sqrt(), float(mod.eps))
-    return StatisticsRepair(mode, inputs, fwd, {n: ref[n] for n in norms if n in ref}) if ref else None
+    with torch.no_grad(), module_mode(model, train=False), _pre_hooks(norms, record):
+        for batch in batches:
+            forward(model, batch)
+    return {name: (mean, (m2 / n).clamp_min(0).sqrt()) for name, (n, mean, m2) in moments.items()}
