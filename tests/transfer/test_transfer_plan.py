@@ -281,6 +281,10 @@ def test_a_capture_that_is_not_one_per_sample_keeps_batches_whole_and_the_statis
     seen.clear()
     split, _ = _bico_statistics(A, B, data, capture_budget=1)
     assert seen == [2, 9, 9]  # the probe of 2 samples is dropped; every batch runs whole
+    seen.clear()
+    one = [(data[0][0][:1], data[0][1][:1])] + data  # a first batch of 1 sample tells nothing: the next one probes
+    _bico_statistics(A, B, one, capture_budget=1)
+    assert seen == [1, 2, 9, 9]
     for key, st in whole.items():
         if isinstance(st, CrossMoments):
             assert torch.equal(split[key].cross, st.cross), key

@@ -397,7 +397,9 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                     share = size / (span[1] - span[0])
                 _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
                 _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
-                if span is not None and pieces.per_sample is None and not _per_sample(span[1] - span[0], ca, cb):
+                if span is not None and pieces.per_sample is None and span[1] - span[0] < _PROBE:
+                    span = None  # a batch of 1 sample cannot tell per-sample rows from per-pass ones: no probe yet
+                elif span is not None and pieces.per_sample is None and not _per_sample(span[1] - span[0], ca, cb):
                     # a captured tensor is not one per sample (a class token's or a position table's rows are one
                     # per pass, their gradients summed over it): pieces would change the statistics, so this
                     # probe is dropped and every batch runs whole
