@@ -907,17 +907,29 @@ def markdown(raw: dict, quick: bool) -> str:
               "self-transfer:", "", "| path | permuted copy | self-transfer |", "|---|---|---|", rows_e, "",
               f"Whole benchmark: {wall:.0f} s wall{' (quick sizes)' if quick else ''}; load average (1, 5, 15 min) "
               f"{_loads(raw.get('load_start'))} at its start, {_loads(raw.get('load_end'))} at its end."]
+    if len(raw.get("runs", [])) > 1:  # merged from several runs: say which part each gave
+        parts[-1] = "Merged from several runs (a part measured later replaces an earlier one): " + "; ".join(
+            f"{', '.join(r['parts'])} at `{r['today']}`, {r['wall']:.0f} s wall, load average {_loads(r['load_start'])} "
+            f"at its start and {_loads(r['load_end'])} at its end" for r in raw["runs"] if r["parts"]) + "."
     return "\n".join(parts)
 
 
 def merged(files: list[str]) -> dict:
     """The measurements of several runs (``--json`` files) in one: a part measured later replaces an earlier one."""
-    raw: dict = {}
+    raw: dict = {"runs": []}
     for f in files:
-        for k, v in json.loads(Path(f).read_text()).items():
+        one = json.loads(Path(f).read_text())
+        raw["runs"].append({"parts": sorted(k for k in one if k in PART_KEYS and one[k]), "today": one.get("today"),
+                            "wall": one.get("wall"), "load_start": one.get("load_start"),
+                            "load_end": one.get("load_end")})
+        for k, v in one.items():
             if v:
                 raw[k] = v
     return raw
+
+
+#: The keys of a run's measurements (the rest describe the run).
+PART_KEYS = ("lite", "text", "diagnose", "vit", "scaling", "gpu", "errors", "agreement", "stages")
 
 
 def write_docs(raw: dict) -> str:
