@@ -134,6 +134,12 @@ class Captured:
             self.outputs.setdefault(point, []).append(out)
             self._versions.setdefault(point, []).append(out._version)
 
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every recorded tensor: inputs, outputs and their gradients (None entries left out)."""
+        for held in (self.inputs, self.outputs, self.output_grads, self.input_grads):
+            for tensors in held.values():
+                yield from (t for t in tensors if isinstance(t, torch.Tensor))
+
     def clear(self) -> None:
         """Forget the recorded tensors (call between batches)."""
         for d in (self.inputs, self.outputs, self.output_grads, self.input_grads, self._versions):

@@ -287,29 +287,13 @@ _PROBE = 2
 
 def _captured_bytes(*caps: Captured) -> int:
     """Bytes of the distinct tensor storages the captures hold (inputs, outputs and their gradients)."""
-    seen: set[int] = set()
-    total = 0
-    for cap in caps:
-        for held in (cap.inputs, cap.outputs, cap.output_grads, cap.input_grads):
-            for tensors in held.values():
-                for t in tensors:
-                    if isinstance(t, torch.Tensor):
-                        s = t.untyped_storage()
-                        if s.data_ptr() not in seen:
-                            seen.add(s.data_ptr())
-                            total += s.nbytes()
-    return total
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for cap in caps for t in cap.tensors()}
+    return sum(storages.values())
 
 
 def _per_sample(samples: int, *caps: Captured) -> bool:
     """Whether every tensor the captures hold has ``samples`` as its first axis (rows that belong to samples)."""
-    for cap in caps:
-        for held in (cap.inputs, cap.outputs, cap.output_grads, cap.input_grads):
-            for tensors in held.values():
-                for t in tensors:
-                    if isinstance(t, torch.Tensor) and (t.ndim == 0 or t.shape[0] != samples):
-                        return False
-    return True
+    return all(t.ndim and t.shape[0] == samples for cap in caps for t in cap.tensors())
 
 
 class _Pieces:
@@ -388,6 +372,11 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
             capture(target, hooks_b[0], params=hooks_b[1], quiet=quiet_b) as cb:
         state = _Pass(plan, ca, cb, options)
         pieces = _Pieces(options.capture_budget)
+
+        def passes(pa, pb, k: int) -> None:
+            _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
+            _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
+
         for k, (ba, bb) in enumerate(progress(data, desc="calibration", total=total)):
             size = _splittable(ba, bb, options)
             for span in pieces.spans(size):
@@ -395,8 +384,7 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                 if span is not None and size is not None:
                     pa, pb = batch_slice(ba, *span, size), batch_slice(bb, *span, size)
                     share = size / (span[1] - span[0])
-                _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
-                _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
+                passes(pa, pb, k)
                 if span is not None and pieces.per_sample is None and span[1] - span[0] < _PROBE:
                     span = None  # a batch of 1 sample cannot tell per-sample rows from per-pass ones: no probe yet
                 elif span is not None and pieces.per_sample is None and not _per_sample(span[1] - span[0], ca, cb):
@@ -404,8 +392,7 @@ def stream(plan: CalibrationPlan, source: nn.Module, target: nn.Module, data: It
                     # per pass, their gradients summed over it): pieces would change the statistics, so this
                     # probe is dropped and every batch runs whole
                     pieces.budget, span, pa, pb, share = None, None, ba, bb, 1.0
-                    _run(source, ca, pa, loss, "source", k, backward=grad, input_grads=plan.input_grads)
-                    _run(target, cb, pb, loss, "target", k, backward=grad, input_grads=plan.input_grads)
+                    passes(pa, pb, k)
                 if span is not None:
                     pieces.measured(_captured_bytes(ca, cb), span[1] - span[0])
                 if k == 0 and (span is None or span[0] == 0):
